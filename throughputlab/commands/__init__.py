@@ -1,0 +1,1 @@
+"""Click commands, one thin module per family; the library does the work."""

@@ -1,0 +1,11 @@
+"""User-facing errors: one line, exit code 2, no traceback (the CLI turns them into that)."""
+
+
+class UserError(Exception):
+    """A mistake in the user's input: the message names the problem and the fix."""
+
+    exit_code = 2
+
+
+class EngineMissing(UserError):
+    """An optional engine (vllm, py-spy, ...) is not installed."""

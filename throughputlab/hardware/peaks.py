@@ -1,0 +1,75 @@
+"""Datasheet peaks: one cited row per device, dense (no structured-sparsity) figures.
+
+Unknown devices give ``None``, never a guessed number. Matching is on the name NVML (or
+the user) reports, by the most specific pattern first.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from throughputlab.profile import DatasheetPeak
+
+T = 1e12
+G = 1e9
+GiB = 2**30
+
+# (key, name patterns, bandwidth bytes/s, {dtype: dense FLOP/s}, memory bytes, source)
+_ROWS: list[tuple[str, tuple[str, ...], float, dict[str, float], Optional[int], str]] = [
+    ("B200", (r"\bB200\b",), 8000 * G, {"bfloat16": 2250 * T, "float16": 2250 * T, "fp8": 4500 * T, "float32": 75 * T},
+     180 * 10**9, "NVIDIA DGX B200 / HGX B200 datasheet (2024): 8 TB/s HBM3e, 2.25 PFLOPS dense BF16 per GPU"),
+    ("H200", (r"\bH200\b",), 4800 * G, {"bfloat16": 989.4 * T, "float16": 989.4 * T, "fp8": 1978.9 * T, "float32": 67 * T},
+     141 * 10**9, "NVIDIA H200 Tensor Core GPU datasheet (2024), SXM: 4.8 TB/s, 989 TFLOPS BF16 dense (1,979 sparse)"),
+    ("H100 PCIe", (r"\bH100\b.*PCIe", r"\bH100 PCIe"), 2000 * G,
+     {"bfloat16": 756.5 * T, "float16": 756.5 * T, "fp8": 1513 * T, "float32": 51 * T},
+     80 * 10**9, "NVIDIA H100 Tensor Core GPU datasheet (2023), PCIe: 2.0 TB/s, 756 TFLOPS BF16 dense"),
+    ("H100 NVL", (r"\bH100 NVL",), 3900 * G, {"bfloat16": 835 * T, "float16": 835 * T, "fp8": 1670 * T, "float32": 60 * T},
+     94 * 10**9, "NVIDIA H100 Tensor Core GPU datasheet (2023), NVL: 3.9 TB/s, 835 TFLOPS BF16 dense"),
+    ("H100 SXM", (r"\bH100\b",), 3350 * G, {"bfloat16": 989.4 * T, "float16": 989.4 * T, "fp8": 1978.9 * T, "float32": 67 * T},
+     80 * 10**9, "NVIDIA H100 Tensor Core GPU datasheet (2023), SXM: 3.35 TB/s, 989 TFLOPS BF16 dense"),
+    ("A100 40GB", (r"\bA100\b.*40GB",), 1555 * G, {"bfloat16": 312 * T, "float16": 312 * T, "float32": 19.5 * T},
+     40 * 10**9, "NVIDIA A100 Tensor Core GPU datasheet (2021): 40GB 1,555 GB/s, 312 TFLOPS BF16 dense"),
+    ("A100 80GB PCIe", (r"\bA100\b.*80GB.*PCIe", r"\bA100\b.*PCIe.*80GB"), 1935 * G,
+     {"bfloat16": 312 * T, "float16": 312 * T, "float32": 19.5 * T},
+     80 * 10**9, "NVIDIA A100 Tensor Core GPU datasheet (2021): 80GB PCIe 1,935 GB/s, 312 TFLOPS BF16 dense"),
+    ("A100 80GB SXM", (r"\bA100\b",), 2039 * G, {"bfloat16": 312 * T, "float16": 312 * T, "float32": 19.5 * T},
+     80 * 10**9, "NVIDIA A100 Tensor Core GPU datasheet (2021): 80GB SXM 2,039 GB/s, 312 TFLOPS BF16 dense"),
+    ("L40S", (r"\bL40S\b",), 864 * G, {"bfloat16": 362.05 * T, "float16": 362.05 * T, "fp8": 733 * T, "float32": 91.6 * T},
+     48 * 10**9, "NVIDIA L40S datasheet (2023): 864 GB/s, 362 TFLOPS BF16 dense (733 sparse)"),
+    ("L4", (r"\bL4\b",), 300 * G, {"bfloat16": 121 * T, "float16": 121 * T, "fp8": 242.5 * T, "float32": 30.3 * T},
+     24 * 10**9, "NVIDIA L4 datasheet (2023): 300 GB/s, 121 TFLOPS BF16 dense (242 sparse)"),
+    ("A10", (r"\bA10G?\b",), 600 * G, {"bfloat16": 125 * T, "float16": 125 * T, "float32": 31.2 * T},
+     24 * 10**9, "NVIDIA A10 datasheet (2021): 600 GB/s, 125 TFLOPS BF16 dense (250 sparse)"),
+    ("RTX 4090", (r"RTX 4090",), 1008 * G, {"bfloat16": 165.2 * T, "float16": 165.2 * T, "float32": 82.6 * T},
+     24 * GiB, "NVIDIA Ada Lovelace architecture whitepaper v1.1 (2023), RTX 4090: 1,008 GB/s, 165.2 TFLOPS BF16 dense (FP32 accumulate)"),
+    ("RTX 3090", (r"RTX 3090",), 936 * G, {"bfloat16": 71 * T, "float16": 71 * T, "float32": 35.6 * T},
+     24 * GiB, "NVIDIA Ampere GA102 whitepaper v2.1 (2021), RTX 3090: 936 GB/s, 71 TFLOPS BF16 dense (FP32 accumulate)"),
+    ("V100", (r"\bV100\b",), 900 * G, {"float16": 125 * T, "float32": 15.7 * T},
+     32 * 10**9, "NVIDIA V100 Tensor Core GPU datasheet (2020), SXM2: 900 GB/s, 125 TFLOPS FP16 tensor (no BF16)"),
+    ("MI300X", (r"MI300X",), 5300 * G, {"bfloat16": 1307.4 * T, "float16": 1307.4 * T, "fp8": 2614.9 * T, "float32": 163.4 * T},
+     192 * 10**9, "AMD Instinct MI300X datasheet (2023): 5.3 TB/s, 1,307 TFLOPS BF16 dense"),
+]
+
+
+def device_names() -> list[str]:
+    return [r[0] for r in _ROWS]
+
+
+def lookup(name: str) -> Optional[DatasheetPeak]:
+    """Datasheet row for a device name ('NVIDIA H200', 'h100 pcie', 'a100-sxm4-80gb'...), or None."""
+    if not name:
+        return None
+    probe = name.upper().replace("-", " ").replace("_", " ")
+    for key, patterns, bw, flops, mem, source in _ROWS:
+        if any(re.search(p.upper(), probe) for p in patterns):
+            return DatasheetPeak(device=key, memory_bandwidth_bytes_per_s=bw, flops_per_s=dict(flops),
+                                 memory_bytes=mem, source=source)
+    return None
+
+
+def peak_flops(peak: Optional[DatasheetPeak], dtype: str) -> Optional[float]:
+    if peak is None:
+        return None
+    aliases = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "half": "float16"}
+    return peak.flops_per_s.get(aliases.get(dtype, dtype))

@@ -1,0 +1,103 @@
+"""Model specs: shipped preset configs, local folders and hub ids, resolved to a ModelSpec."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Optional
+
+from throughputlab.errors import UserError
+from throughputlab.models.spec import ModelSpec, spec_from_config
+
+WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.pth")
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+@dataclass
+class ResolvedModel:
+    """Where a model comes from and how to build it; the backends turn this into a module."""
+
+    spec: ModelSpec
+    config: dict[str, Any]
+    source: str  # preset | folder | hub
+    path: Optional[str]  # folder path or hub id; None for presets
+    random_weights: bool
+    trust_remote_code: bool = False
+
+
+def preset_names() -> list[str]:
+    return sorted(p.name[:-5] for p in resources.files("throughputlab.models").joinpath("presets").iterdir()
+                  if p.name.endswith(".json"))
+
+
+def load_preset(name: str) -> dict[str, Any]:
+    text = resources.files("throughputlab.models").joinpath("presets", f"{name}.json").read_text()
+    return json.loads(text)
+
+
+def preset_description(name: str) -> str:
+    return str(load_preset(name).get("_description", ""))
+
+
+def _looks_like_path(model: str) -> bool:
+    return model.startswith(("/", "./", "../", "~")) or os.sep in model and os.path.exists(model.split(os.sep)[0])
+
+
+def resolve_model(model: str, *, random_weights: bool = False, trust_remote_code: bool = False) -> ResolvedModel:
+    """Resolve ``--model``: a local folder, a preset name, or a hub id, in that order."""
+    if not model or not model.strip():
+        raise UserError("--model is empty: give a preset name (see `throughputlab models`), a model folder or a hub id")
+    expanded = os.path.expanduser(model)
+    if os.path.isdir(expanded):
+        return _from_folder(expanded, random_weights, trust_remote_code)
+    if os.path.exists(expanded):
+        raise UserError(f"--model {model}: is a file, expected a model folder holding config.json")
+    if _looks_like_path(model):
+        raise UserError(f"--model {model}: no such model folder; check the path, or use a preset (`throughputlab models`)")
+    names = preset_names()
+    if model.lower() in names:
+        cfg = load_preset(model.lower())
+        spec = spec_from_config(cfg, model.lower(), "preset")
+        return ResolvedModel(spec, spec.config, "preset", None, True, False)
+    if _HUB_ID.match(model):
+        return _from_hub(model, random_weights, trust_remote_code)
+    close = difflib.get_close_matches(model.lower(), names, n=3, cutoff=0.5)
+    hint = f"did you mean {', '.join(close)}?" if close else f"presets are: {', '.join(names)}"
+    raise UserError(f"--model {model}: unknown preset, {hint} (or give a model folder or a hub id org/name)")
+
+
+def _from_folder(path: str, random_weights: bool, trust_remote_code: bool) -> ResolvedModel:
+    cfg_path = Path(path) / "config.json"
+    if not cfg_path.is_file():
+        raise UserError(f"--model {path}: no config.json in that folder; point --model at a Hugging Face model folder")
+    try:
+        cfg = json.loads(cfg_path.read_text())
+    except (OSError, ValueError) as e:
+        raise UserError(f"--model {path}: config.json is not valid JSON ({e})") from None
+    if not isinstance(cfg, dict):
+        raise UserError(f"--model {path}: config.json must hold a JSON object")
+    has_weights = any(any(Path(path).glob(p)) for p in WEIGHT_PATTERNS)
+    if not random_weights and not has_weights:
+        raise UserError(f"--model {path}: the folder has no weights; pass --random-weights to measure with random weights")
+    spec = spec_from_config(cfg, Path(path).resolve().name, "folder")
+    return ResolvedModel(spec, cfg, "folder", str(Path(path).resolve()), random_weights, trust_remote_code)
+
+
+def _from_hub(model_id: str, random_weights: bool, trust_remote_code: bool) -> ResolvedModel:
+    try:
+        from transformers import AutoConfig
+    except ImportError:
+        raise UserError("reading a hub id needs transformers: pip install transformers") from None
+    try:
+        cfg = AutoConfig.from_pretrained(model_id, trust_remote_code=trust_remote_code).to_dict()
+    except Exception as e:  # transformers raises OSError, ValueError, HTTP errors... all mean "not reachable/not found"
+        first = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
+        raise UserError(f"--model {model_id}: could not fetch its config from the hub ({first}); "
+                        "use a preset (`throughputlab models`) or a local folder with config.json") from None
+    spec = spec_from_config(cfg, model_id, "hub")
+    return ResolvedModel(spec, cfg, "hub", model_id, random_weights, trust_remote_code)

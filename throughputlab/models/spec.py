@@ -1,0 +1,188 @@
+"""ModelSpec: the model quantities the throughput model needs, computed from a config.
+
+Pure Python (no torch, no transformers): a profile measured on a GPU box is analysed on a
+laptop from the spec stored in it. Notation follows DESIGN.md:
+
+- ``W``  bytes of weights read per decode step (active parameters x bytes/param),
+- ``k``  KV-cache bytes per context token, ``2 * layers * kv_heads * head_dim * bytes``,
+- ``F``  FLOPs per token outside attention, ``2 * active non-embedding params`` + LM head,
+- ``a``  attention FLOPs per context token, ``4 * layers * heads * head_dim``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from pydantic import BaseModel, ConfigDict
+
+from throughputlab.errors import UserError
+
+DTYPE_BYTES = {"float32": 4, "fp32": 4, "float16": 2, "fp16": 2, "bfloat16": 2, "bf16": 2, "fp8": 1, "int8": 1}
+
+
+def dtype_bytes(dtype: str) -> int:
+    try:
+        return DTYPE_BYTES[dtype]
+    except KeyError:
+        raise UserError(f"unknown dtype {dtype!r}: use one of float32, bfloat16, float16") from None
+
+
+class MoESpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    num_experts: int
+    top_k: int
+    moe_layers: int
+    expert_params: int  # parameters of one expert in one layer
+    shared_expert_params: int = 0  # per MoE layer, always active
+    router_params: int = 0  # per MoE layer
+
+
+class ModelSpec(BaseModel):
+    """Architecture numbers and the derived per-token costs (parameter counts, not bytes)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    source: str  # "preset", "folder" or "hub"
+    model_type: str
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    tie_word_embeddings: bool
+    max_position_embeddings: Optional[int] = None
+    moe: Optional[MoESpec] = None
+
+    params_total: int
+    params_active: int
+    params_embedding: int  # input embedding matrix
+    params_lm_head: int  # the output projection's matrix (the embedding itself when tied)
+    config: dict[str, Any] = {}
+
+    # ---- derived quantities (DESIGN.md notation), in parameters / FLOPs ----
+    @property
+    def params_active_non_embedding(self) -> int:
+        return self.params_active - self.params_embedding - (0 if self.tie_word_embeddings else self.params_lm_head)
+
+    def weight_bytes_per_step(self, bytes_per_param: int, tokens: int = 1) -> float:
+        """W: bytes of weights read by one decode step that processes ``tokens`` tokens.
+
+        Dense: active non-embedding weights plus the LM head (the input embedding is a
+        gather of a few rows). MoE: shared weights plus the experts the whole batch touches,
+        ``E * (1 - (1 - k/E)^tokens)`` per layer under uniform routing.
+        """
+        dense = self.params_active_non_embedding + self.params_lm_head
+        if self.moe is None:
+            return float(dense * bytes_per_param)
+        m = self.moe
+        active_experts = m.moe_layers * m.top_k * m.expert_params
+        shared = dense - active_experts
+        return float((shared + m.moe_layers * experts_touched(m.num_experts, m.top_k, tokens) * m.expert_params)
+                     * bytes_per_param)
+
+    def kv_bytes_per_token(self, bytes_per_param: int) -> float:
+        """k: KV-cache bytes per context token (keys and values, every layer)."""
+        return float(2 * self.num_layers * self.num_kv_heads * self.head_dim * bytes_per_param)
+
+    @property
+    def flops_per_token(self) -> float:
+        """F: forward FLOPs per token outside attention: 2 per active non-embedding weight, plus the LM head."""
+        return 2.0 * (self.params_active_non_embedding + self.params_lm_head)
+
+    @property
+    def attn_flops_per_ctx_token(self) -> float:
+        """a: attention FLOPs per token of context (QK^T and AV, 2 FLOPs per multiply-add each)."""
+        return 4.0 * self.num_layers * self.num_heads * self.head_dim
+
+    def summary(self, bytes_per_param: int) -> dict[str, float]:
+        return {
+            "params_total": self.params_total,
+            "params_active": self.params_active,
+            "weight_bytes_per_step": self.weight_bytes_per_step(bytes_per_param),
+            "kv_bytes_per_token": self.kv_bytes_per_token(bytes_per_param),
+            "flops_per_token": self.flops_per_token,
+            "attn_flops_per_ctx_token": self.attn_flops_per_ctx_token,
+        }
+
+
+def experts_touched(num_experts: int, top_k: int, tokens: float) -> float:
+    """Expected distinct experts per layer hit by ``tokens`` tokens with uniform top-k routing."""
+    if tokens <= 0:
+        return 0.0
+    return num_experts * (1.0 - (1.0 - top_k / num_experts) ** tokens)
+
+
+def _get(cfg: dict[str, Any], *names: str, default: Any = None) -> Any:
+    for n in names:
+        if cfg.get(n) is not None:
+            return cfg[n]
+    return default
+
+
+def spec_from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
+    """Count parameters of a decoder-only transformer described by a Hugging Face config dict."""
+    if "text_config" in cfg and "hidden_size" not in cfg:  # multimodal wrappers: the language model
+        cfg = {**cfg["text_config"], "model_type": cfg["text_config"].get("model_type", cfg.get("model_type"))}
+    missing = [k for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size") if k not in cfg]
+    if missing:
+        raise UserError(f"model config for {name!r} lacks {', '.join(missing)}: is it a decoder-only language model config.json?")
+    h = int(cfg["hidden_size"])
+    layers = int(cfg["num_hidden_layers"])
+    heads = int(cfg["num_attention_heads"])
+    kv_heads = int(_get(cfg, "num_key_value_heads", default=heads))
+    head_dim = int(_get(cfg, "head_dim", default=h // heads))
+    inter = int(_get(cfg, "intermediate_size", "ffn_dim", default=4 * h))
+    vocab = int(cfg["vocab_size"])
+    tied = bool(cfg.get("tie_word_embeddings", False))
+    model_type = str(cfg.get("model_type", "unknown"))
+    if min(h, layers, heads, kv_heads, head_dim, inter, vocab) <= 0:
+        raise UserError(f"model config for {name!r} has a non-positive dimension")
+
+    # Attention: q, k, v, o projections (+ biases for qwen2-style configs, + q/k norms for qwen3).
+    attn = h * heads * head_dim + 2 * h * kv_heads * head_dim + heads * head_dim * h
+    if cfg.get("attention_bias", model_type in ("qwen2", "qwen2_moe")):
+        attn += heads * head_dim + 2 * kv_heads * head_dim
+    if model_type.startswith("qwen3"):
+        attn += 2 * head_dim
+    norms = 2 * h
+    gated = str(cfg.get("hidden_act", "silu")) in ("silu", "swiglu", "gelu_pytorch_tanh") or model_type in (
+        "llama", "qwen2", "qwen3", "mistral", "qwen2_moe", "qwen3_moe", "mixtral", "gemma", "gemma2")
+    mlp_mats = 3 if gated else 2
+    dense_mlp = mlp_mats * h * inter
+
+    num_experts = _get(cfg, "num_experts", "num_local_experts", "n_routed_experts")
+    moe: Optional[MoESpec] = None
+    if num_experts:
+        num_experts = int(num_experts)
+        top_k = int(_get(cfg, "num_experts_per_tok", "moe_top_k", default=2))
+        moe_inter = int(_get(cfg, "moe_intermediate_size", default=inter))
+        step = int(cfg.get("decoder_sparse_step", 1) or 1)
+        mlp_only = set(cfg.get("mlp_only_layers", []) or [])
+        moe_layer_ids = [i for i in range(layers) if i not in mlp_only and (i + 1) % step == 0]
+        shared_inter = int(_get(cfg, "shared_expert_intermediate_size", default=0) or 0)
+        shared = mlp_mats * h * shared_inter + (h if shared_inter else 0)  # shared expert and its gate
+        moe = MoESpec(num_experts=num_experts, top_k=top_k, moe_layers=len(moe_layer_ids),
+                      expert_params=mlp_mats * h * moe_inter, shared_expert_params=shared,
+                      router_params=h * num_experts)
+        n_moe, n_dense = len(moe_layer_ids), layers - len(moe_layer_ids)
+        per_moe_total = attn + norms + moe.router_params + shared + num_experts * moe.expert_params
+        per_moe_active = attn + norms + moe.router_params + shared + top_k * moe.expert_params
+        layers_total = n_moe * per_moe_total + n_dense * (attn + norms + dense_mlp)
+        layers_active = n_moe * per_moe_active + n_dense * (attn + norms + dense_mlp)
+    else:
+        layers_total = layers_active = layers * (attn + norms + dense_mlp)
+
+    embed = vocab * h
+    lm_head = vocab * h
+    head_extra = h + (0 if tied else lm_head)  # final norm, separate output matrix
+    return ModelSpec(
+        name=name, source=source, model_type=model_type, hidden_size=h, num_layers=layers, num_heads=heads,
+        num_kv_heads=kv_heads, head_dim=head_dim, intermediate_size=inter, vocab_size=vocab,
+        tie_word_embeddings=tied, max_position_embeddings=cfg.get("max_position_embeddings"), moe=moe,
+        params_total=embed + layers_total + head_extra, params_active=embed + layers_active + head_extra,
+        params_embedding=embed, params_lm_head=lm_head,
+        config={k: v for k, v in cfg.items() if not k.startswith("_")},
+    )

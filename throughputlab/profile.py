@@ -1,0 +1,411 @@
+"""The Profile: versioned, validated JSON holding every measured point with its raw samples.
+
+Written atomically after each point (temp file + rename), so a crash or ``kill -9``
+loses at most the point in flight. Raw samples are stored; medians, spreads and rates are
+derived here, never copied field by field. No torch import: profiles are analysed anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from throughputlab.errors import UserError
+from throughputlab.models.spec import ModelSpec
+
+SCHEMA_VERSION = 1
+Status = Literal["ok", "oom", "error", "skipped"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def median(xs: list[float]) -> Optional[float]:
+    return statistics.median(xs) if xs else None
+
+
+def cv(xs: list[float]) -> Optional[float]:
+    """Coefficient of variation (stdev / mean) of the samples; None with fewer than two."""
+    if len(xs) < 2:
+        return None
+    m = statistics.fmean(xs)
+    return statistics.stdev(xs) / m if m > 0 else None
+
+
+# ---------------------------------------------------------------- environment and hardware
+
+
+class Environment(_Strict):
+    python: str
+    platform: str
+    hostname: str
+    packages: dict[str, str] = {}
+    git_hash: Optional[str] = None
+    command_line: list[str] = []
+    torch_threads: Optional[int] = None
+    cpu_count: Optional[int] = None
+    env_vars: dict[str, str] = {}
+    started_at: str = Field(default_factory=now_iso)
+    updated_at: Optional[str] = None
+
+
+class GpuInfo(_Strict):
+    index: int
+    name: str
+    memory_total_bytes: Optional[int] = None
+    driver: Optional[str] = None
+    cuda_capability: Optional[str] = None
+    sm_clock_max_mhz: Optional[int] = None
+    mem_clock_max_mhz: Optional[int] = None
+    power_limit_w: Optional[float] = None
+
+
+class CpuInfo(_Strict):
+    model: str
+    logical_cores: Optional[int] = None
+    physical_cores: Optional[int] = None
+    memory_total_bytes: Optional[int] = None
+
+
+class MicroBench(_Strict):
+    """The probe's own measurements: a large copy for bandwidth, a large matmul for FLOP/s."""
+
+    dtype: str
+    copy_bandwidth_bytes_per_s: Optional[float] = None  # read + write bytes / time
+    matmul_flops_per_s: Optional[float] = None
+    copy_samples_s: list[float] = []
+    matmul_samples_s: list[float] = []
+    copy_bytes: Optional[int] = None
+    matmul_n: Optional[int] = None
+
+
+class DatasheetPeak(_Strict):
+    device: str
+    memory_bandwidth_bytes_per_s: float
+    flops_per_s: dict[str, float]  # dense, by dtype name
+    memory_bytes: Optional[int] = None
+    source: str
+
+
+class Hardware(_Strict):
+    device_type: Literal["cuda", "cpu"]
+    device_name: str
+    cpu: Optional[CpuInfo] = None
+    gpus: list[GpuInfo] = []
+    driver: Optional[str] = None
+    memory_total_bytes: Optional[int] = None  # of the device the sweep ran on
+    microbench: Optional[MicroBench] = None
+    datasheet: Optional[DatasheetPeak] = None
+
+
+# ---------------------------------------------------------------- points
+
+
+class TelemetrySummary(_Strict):
+    """Per-point summary of the background sampler (GPU through pynvml, or CPU/RSS)."""
+
+    source: Literal["nvml", "host"]
+    hz: float
+    n_samples: int
+    mean: dict[str, float] = {}
+    max: dict[str, float] = {}
+    throttled: bool = False
+    throttle_reasons: list[str] = []
+
+
+class HostProfile(_Strict):
+    """py-spy summary for one point: the share of samples in the top functions."""
+
+    flamegraph: Optional[str] = None  # file name next to the profile
+    n_samples: int = 0
+    top_functions: list[tuple[str, float]] = []  # (function, share of samples)
+    pids: list[int] = []
+    error: Optional[str] = None
+
+
+class GenSample(_Strict):
+    """One repeat of a generation point."""
+
+    total_s: float
+    output_tokens: int
+    prefill_s: Optional[float] = None
+    decode_s: Optional[float] = None
+    decode_step_s: list[float] = []  # each decode step, when the backend can time them
+    ttft_s: list[float] = []  # per request (openai backend)
+    itl_s: list[float] = []  # inter-token latencies, pooled over requests (openai backend)
+
+
+class GenPoint(_Strict):
+    kind: Literal["generation"] = "generation"
+    backend: str
+    concurrency: int
+    prompt_len: int
+    output_len: int
+    status: Status
+    error: Optional[str] = None
+    samples: list[GenSample] = []
+    warmup_runs: int = 0
+    remeasured: int = 0
+    peak_mem_bytes: Optional[int] = None
+    telemetry: Optional[TelemetrySummary] = None
+    host_profile: Optional[HostProfile] = None
+    measured_at: str = Field(default_factory=now_iso)
+
+    @property
+    def key(self) -> tuple:
+        return ("generation", self.backend, self.concurrency, self.prompt_len, self.output_len)
+
+    # ---- derived
+    @property
+    def tokens_per_s_samples(self) -> list[float]:
+        return [s.output_tokens / s.total_s for s in self.samples if s.total_s > 0]
+
+    @property
+    def tokens_per_s(self) -> Optional[float]:
+        """Median output tokens/s over the whole request (prefill included), like vLLM's benchmark."""
+        return median(self.tokens_per_s_samples)
+
+    @property
+    def decode_step_s(self) -> Optional[float]:
+        """Median time of one decode step (every sequence emits one token)."""
+        steps = [x for s in self.samples for x in s.decode_step_s]
+        if steps:
+            return median(steps)
+        per = [s.decode_s / max(self.output_len - 1, 1) for s in self.samples if s.decode_s is not None]
+        return median(per)
+
+    @property
+    def decode_tokens_per_s(self) -> Optional[float]:
+        t = self.decode_step_s
+        return self.concurrency / t if t else None
+
+    @property
+    def prefill_s(self) -> Optional[float]:
+        return median([s.prefill_s for s in self.samples if s.prefill_s is not None])
+
+    @property
+    def cv(self) -> Optional[float]:
+        return cv(self.tokens_per_s_samples)
+
+
+class TrainSample(_Strict):
+    step_s: float
+    forward_s: Optional[float] = None
+    backward_s: Optional[float] = None
+    optimizer_s: Optional[float] = None
+
+
+class TrainPoint(_Strict):
+    kind: Literal["training"] = "training"
+    backend: str
+    micro_batch: int
+    seq_len: int
+    status: Status
+    error: Optional[str] = None
+    samples: list[TrainSample] = []
+    warmup_runs: int = 0
+    remeasured: int = 0
+    peak_mem_bytes: Optional[int] = None
+    telemetry: Optional[TelemetrySummary] = None
+    host_profile: Optional[HostProfile] = None
+    effective_lr: Optional[dict[str, float]] = None  # ||dW||/||W|| per parameter group, last step
+    measured_at: str = Field(default_factory=now_iso)
+
+    @property
+    def key(self) -> tuple:
+        return ("training", self.backend, self.micro_batch, self.seq_len)
+
+    @property
+    def tokens_per_s_samples(self) -> list[float]:
+        return [self.micro_batch * self.seq_len / s.step_s for s in self.samples if s.step_s > 0]
+
+    @property
+    def tokens_per_s(self) -> Optional[float]:
+        return median(self.tokens_per_s_samples)
+
+    @property
+    def step_s(self) -> Optional[float]:
+        return median([s.step_s for s in self.samples])
+
+    @property
+    def cv(self) -> Optional[float]:
+        return cv(self.tokens_per_s_samples)
+
+
+class EngineInfo(_Strict):
+    """What the generation engine reports about itself (vLLM: KV-cache capacity)."""
+
+    name: str
+    version: Optional[str] = None
+    kv_cache_tokens: Optional[int] = None
+    max_concurrency: Optional[float] = None  # for the sweep's request length (prompt + output)
+    max_num_seqs: Optional[int] = None
+    engine_args: dict[str, Any] = {}
+
+
+class SweepSettings(_Strict):
+    dtype: str
+    device: str
+    gen_backend: Optional[str] = None
+    train_backend: Optional[str] = None
+    prompt_len: int = 128
+    output_len: int = 64
+    seq_len: int = 256
+    warmup: int = 1
+    repeats: int = 3
+    max_cv: float = 0.1
+    max_remeasure: int = 2
+    seed: int = 0
+
+
+class Profile(_Strict):
+    schema_version: Literal[1] = SCHEMA_VERSION
+    kind: Literal["measured", "predicted"] = "measured"
+    model: ModelSpec
+    hardware: Hardware
+    environment: Environment
+    settings: SweepSettings
+    engine: Optional[EngineInfo] = None
+    generation: list[GenPoint] = []
+    training: list[TrainPoint] = []
+    fit: Optional[dict[str, Any]] = None  # written by `throughputlab fit` (throughputlab.fit owns its shape)
+    notes: list[str] = []
+
+    @property
+    def bytes_per_param(self) -> int:
+        from throughputlab.models.spec import dtype_bytes
+
+        return dtype_bytes(self.settings.dtype)
+
+    # ---- points
+    def add_point(self, point: GenPoint | TrainPoint) -> None:
+        """Add or replace (same key) a point."""
+        target = self.generation if isinstance(point, GenPoint) else self.training
+        for i, p in enumerate(target):
+            if p.key == point.key:
+                target[i] = point
+                return
+        target.append(point)
+
+    def find(self, key: tuple) -> Optional[GenPoint | TrainPoint]:
+        for p in [*self.generation, *self.training]:
+            if p.key == key:
+                return p
+        return None
+
+    # ---- pandas views (derived columns computed here, once)
+    def generation_df(self):
+        import pandas as pd
+
+        rows = [{
+            "backend": p.backend, "concurrency": p.concurrency, "prompt_len": p.prompt_len,
+            "output_len": p.output_len, "status": p.status, "tokens_per_s": p.tokens_per_s,
+            "decode_tokens_per_s": p.decode_tokens_per_s, "decode_step_ms": _ms(p.decode_step_s),
+            "prefill_ms": _ms(p.prefill_s), "cv": p.cv, "n_samples": len(p.samples),
+            "peak_mem_gib": _gib(p.peak_mem_bytes), "error": p.error,
+        } for p in self.generation]
+        return pd.DataFrame(rows, columns=_GEN_COLUMNS)
+
+    def training_df(self):
+        import pandas as pd
+
+        rows = [{
+            "backend": p.backend, "micro_batch": p.micro_batch, "seq_len": p.seq_len, "status": p.status,
+            "tokens_per_s": p.tokens_per_s, "step_ms": _ms(p.step_s), "cv": p.cv, "n_samples": len(p.samples),
+            "peak_mem_gib": _gib(p.peak_mem_bytes), "error": p.error,
+        } for p in self.training]
+        return pd.DataFrame(rows, columns=_TRAIN_COLUMNS)
+
+    def samples_df(self):
+        """One row per raw sample (generation and training), for your own statistics."""
+        import pandas as pd
+
+        rows = []
+        for p in self.generation:
+            for i, s in enumerate(p.samples):
+                rows.append({"kind": "generation", "x": p.concurrency, "repeat": i, "time_s": s.total_s,
+                             "tokens": s.output_tokens, "prefill_s": s.prefill_s, "decode_s": s.decode_s})
+        for p in self.training:
+            for i, s in enumerate(p.samples):
+                rows.append({"kind": "training", "x": p.micro_batch, "repeat": i, "time_s": s.step_s,
+                             "tokens": p.micro_batch * p.seq_len, "prefill_s": None, "decode_s": None})
+        return pd.DataFrame(rows, columns=["kind", "x", "repeat", "time_s", "tokens", "prefill_s", "decode_s"])
+
+    # ---- persistence
+    def save(self, path: str | os.PathLike) -> None:
+        """Atomic write: the file on disk is always a complete profile."""
+        path = Path(path)
+        self.environment.updated_at = now_iso()
+        data = self.model_dump_json(indent=1)
+        directory = path.parent if str(path.parent) else Path(".")
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+        except OSError as e:
+            raise UserError(f"cannot write profile {path}: {e.strerror or e}; choose another --output") from None
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Profile":
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            raise UserError(f"profile {path} does not exist") from None
+        except OSError as e:
+            raise UserError(f"cannot read profile {path}: {e.strerror or e}") from None
+        try:
+            raw = json.loads(text)
+        except ValueError as e:
+            raise UserError(f"profile {path} is not valid JSON ({e.msg} at line {e.lineno}); "
+                            "it may be truncated: re-run the sweep with --resume") from None
+        if not isinstance(raw, dict):
+            raise UserError(f"profile {path} is not a throughputlab profile (expected a JSON object)")
+        version = raw.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise UserError(f"profile {path} has schema_version {version!r}, this throughputlab reads "
+                            f"{SCHEMA_VERSION}: re-measure it or use a matching throughputlab version")
+        try:
+            return cls.model_validate(raw)
+        except ValidationError as e:
+            err = e.errors()[0]
+            where = ".".join(str(x) for x in err["loc"])
+            raise UserError(f"profile {path} is malformed at {where}: {err['msg']} "
+                            f"({e.error_count()} problem(s) in all)") from None
+
+
+_GEN_COLUMNS = ["backend", "concurrency", "prompt_len", "output_len", "status", "tokens_per_s",
+                "decode_tokens_per_s", "decode_step_ms", "prefill_ms", "cv", "n_samples", "peak_mem_gib", "error"]
+_TRAIN_COLUMNS = ["backend", "micro_batch", "seq_len", "status", "tokens_per_s", "step_ms", "cv", "n_samples",
+                  "peak_mem_gib", "error"]
+
+
+def _ms(s: Optional[float]) -> Optional[float]:
+    return None if s is None else s * 1e3
+
+
+def _gib(b: Optional[int]) -> Optional[float]:
+    return None if b is None else b / 2**30
