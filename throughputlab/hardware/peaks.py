@@ -60,9 +60,9 @@ def lookup(name: str) -> Optional[DatasheetPeak]:
     """Datasheet row for a device name ('NVIDIA H200', 'h100 pcie', 'a100-sxm4-80gb'...), or None."""
     if not name:
         return None
-    probe = name.upper().replace("-", " ").replace("_", " ")
+    probe = name.replace("-", " ").replace("_", " ")
     for key, patterns, bw, flops, mem, source in _ROWS:
-        if any(re.search(p.upper(), probe) for p in patterns):
+        if any(re.search(p, probe, re.IGNORECASE) for p in patterns):
             return DatasheetPeak(device=key, memory_bandwidth_bytes_per_s=bw, flops_per_s=dict(flops),
                                  memory_bytes=mem, source=source)
     return None
