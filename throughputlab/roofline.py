@@ -156,6 +156,7 @@ class ThroughputModel(BaseModel):
     train: Optional[TrainParams] = None
     kv_cache_tokens: Optional[int] = None  # engine KV capacity, when known
     max_num_seqs: Optional[int] = None
+    gen_overhead_s: float = 0.0  # per generate call, outside prefill and decode steps (setup, sampling glue)
 
     def decode_step_s(self, c: float, s: float) -> float:
         d = self._need(self.decode, "decode")
@@ -175,7 +176,7 @@ class ThroughputModel(BaseModel):
         """Static batch: prefill, then output_len - 1 decode steps at mean context (as the hf backend measures)."""
         steps = max(output_len - 1, 0)
         s_mean = prompt_len + output_len / 2
-        total = self.prefill_s(c, prompt_len) + steps * self.decode_step_s(c, s_mean)
+        total = self.gen_overhead_s + self.prefill_s(c, prompt_len) + steps * self.decode_step_s(c, s_mean)
         return c * output_len / total
 
     def knee(self, s: float) -> Optional[float]:
@@ -187,6 +188,11 @@ class ThroughputModel(BaseModel):
     def train_step_s(self, b: float, seq_len: float) -> float:
         t = self._need(self.train, "training")
         return train_step_s(b, seq_len, self.costs, t.t0_s, t.phi_flops_per_s)
+
+    def train_tokens_per_s(self, b: float, seq_len: float) -> float:
+        """Tokens/s of one micro-step followed by its optimizer step (what a training point measures)."""
+        t = self._need(self.train, "training")
+        return b * seq_len / (self.train_step_s(b, seq_len) + t.optimizer_step_s)
 
     def max_micro_batch(self) -> Optional[int]:
         """Largest micro-batch with M0 + b*m below device memory; None when unknown."""
