@@ -338,9 +338,9 @@ class DepthStudy:
     p0: float
     rows: list[DepthRow] = field(default_factory=list)
 
-    def spread(self, rule: str) -> Optional[float]:
-        """max/min of measured rates for a rule over all datasets and depths (None if any run failed)."""
-        rates = [r.measured_rate for r in self.rows if r.rule == rule]
+    def spread(self, rule: str, dataset: Optional[str] = None) -> Optional[float]:
+        """max/min of measured rates for a rule over depths (one dataset or all); None if any run failed."""
+        rates = [r.measured_rate for r in self.rows if r.rule == rule and dataset in (None, r.dataset)]
         if not rates or any(r is None for r in rates):
             return None
         return max(rates) / min(rates)
