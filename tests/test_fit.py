@@ -1,0 +1,157 @@
+"""The fit: parameters recovered from synthetic profiles, hand-computed knee/memory/utilisation, LOO errors."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from _synth import TRUE, make_profile
+from throughputlab.errors import UserError
+from throughputlab.fit import FitResult, fit_profile, knee_statement, load_model
+from throughputlab.profile import DatasheetPeak, GenPoint, Profile
+from throughputlab.roofline import Costs, DecodeParams, ThroughputModel
+
+CS = (1, 2, 4, 8, 16, 32, 64)
+
+
+def _param(params, name):
+    return next(e for e in params if e.name == name)
+
+
+@pytest.fixture(scope="module")
+def synthetic():
+    prof = make_profile(concurrencies=CS, noise=0.01, seed=1)
+    return prof, fit_profile(prof)
+
+
+def test_recovers_decode_parameters_within_their_intervals(synthetic):
+    _, r = synthetic
+    g = r.generation
+    assert g.target == "decode_step_s"
+    for name, true in (("bw_bytes_per_s", TRUE["bw"]), ("phi_flops_per_s", TRUE["phi"])):
+        e = _param(g.params, name)
+        assert e.value == pytest.approx(true, rel=0.03)
+        assert e.identified and e.lo <= true <= e.hi
+    assert _param(g.params, "t0_s").value == pytest.approx(TRUE["t0"], rel=0.3)
+
+
+def test_prefill_and_training_recovered(synthetic):
+    _, r = synthetic
+    assert _param(r.prefill.params, "phi_flops_per_s").value == pytest.approx(TRUE["pre_phi"], rel=0.03)
+    assert _param(r.training.params, "phi_train_flops_per_s").value == pytest.approx(TRUE["train_phi"], rel=0.05)
+    mem = r.training.memory
+    assert mem.mem_per_sample_bytes == pytest.approx(TRUE["mem_per"], rel=0.05)
+    # largest micro-batch, by hand from the fitted line and the 8 GiB device
+    assert mem.max_micro_batch == math.floor((8 * 2**30 - mem.mem0_bytes) / mem.mem_per_sample_bytes)
+    assert r.model.max_micro_batch() == mem.max_micro_batch
+
+
+def test_leave_one_out_errors_small_on_clean_data(synthetic):
+    _, r = synthetic
+    errs = [p.loo_rel_error for p in r.generation.points]
+    assert len(errs) == len(CS) and all(e is not None for e in errs)
+    assert max(abs(e) for e in errs) < 0.03
+    assert r.training.loo_max_abs_error < 0.05
+    # the hard max generated the data: the smooth form must not be preferred
+    assert r.generation.form == "max"
+
+
+def test_knee_matches_hand_formula(synthetic):
+    prof, r = synthetic
+    c = Costs.from_spec(prof.model, 4)
+    s = prof.settings.prompt_len + prof.settings.output_len / 2
+    d = r.model.decode
+    by_hand = c.weight_bytes / ((c.flops_per_token + s * c.attn_flops_per_ctx_token) * d.bw_bytes_per_s / d.phi_flops_per_s
+                                - s * c.kv_bytes_per_token)
+    assert r.generation.knee_concurrency == pytest.approx(by_hand, rel=1e-9)
+    true_knee = c.weight_bytes / ((c.flops_per_token + s * c.attn_flops_per_ctx_token) * TRUE["bw"] / TRUE["phi"]
+                                  - s * c.kv_bytes_per_token)
+    assert r.generation.knee_concurrency == pytest.approx(true_knee, rel=0.06)
+
+
+def test_memory_bound_everywhere_is_stated():
+    costs = Costs(bytes_per_param=2, weight_bytes=1e9, kv_bytes_per_token=1e6, flops_per_token=1e9,
+                  attn_flops_per_ctx_token=1e3)
+    m = ThroughputModel(source="analytic", costs=costs,
+                        decode=DecodeParams(t0_s=0, bw_bytes_per_s=1e12, phi_flops_per_s=1e14))
+    knee, note = knee_statement(m, 1000)
+    assert knee is None and "memory-bound at every concurrency" in note
+
+
+def test_utilisation_hand_computed(synthetic):
+    prof, r = synthetic
+    c = Costs.from_spec(prof.model, 4)
+    p = next(g for g in prof.generation if g.concurrency == 8)
+    s = p.prompt_len + p.output_len / 2
+    bytes_ = c.weight_bytes + 8 * s * c.kv_bytes_per_token
+    flops = 8 * (c.flops_per_token + s * c.attn_flops_per_ctx_token)
+    u = next(u for u in r.utilisation if u.phase == "decode" and u.x == 8)
+    assert u.mbu_microbench == pytest.approx(bytes_ / p.decode_step_s / 14e9, rel=1e-9)
+    assert u.mfu_microbench == pytest.approx(flops / p.decode_step_s / 70e9, rel=1e-9)
+    assert u.mbu_datasheet is None  # no datasheet on a CPU
+
+
+def test_smooth_form_chosen_only_when_held_out_error_drops():
+    true = {**TRUE, "p": 1.5}
+    r = fit_profile(make_profile(concurrencies=(1, 2, 4, 8, 12, 16, 24, 32, 64), true=true, noise=0.005, seed=3,
+                                 micro_batches=()))
+    errs = r.generation.form_loo_mean_abs_error
+    assert r.generation.form == "smooth" and errs["smooth"] < 0.9 * errs["max"]
+    assert r.model.decode.smooth_p == pytest.approx(1.5, rel=0.2)
+
+
+def test_end_to_end_target_without_step_timings():
+    prof = make_profile(concurrencies=CS, with_steps=False, micro_batches=(), seed=2, noise=0.005,
+                        true={**TRUE, "pre_t0": TRUE["t0"], "pre_phi": TRUE["phi"]})
+    r = fit_profile(prof)
+    assert r.generation.target == "tokens_per_s" and r.prefill is None
+    assert any("end-to-end" in w for w in r.warnings)
+    assert r.generation.loo_max_abs_error < 0.03
+    assert _param(r.generation.params, "bw_bytes_per_s").value == pytest.approx(TRUE["bw"], rel=0.05)
+
+
+def test_never_above_datasheet_peak():
+    ds = DatasheetPeak(device="Slow", memory_bandwidth_bytes_per_s=8e9, flops_per_s={"float32": 40e9}, source="test")
+    r = fit_profile(make_profile(concurrencies=CS, datasheet=ds, micro_batches=(1, 2, 4)))
+    assert r.model.decode.bw_bytes_per_s <= 8e9 * (1 + 1e-9)
+    assert r.model.decode.phi_flops_per_s <= 40e9 * (1 + 1e-9)
+    assert r.model.train.phi_flops_per_s <= 40e9 * (1 + 1e-9)
+    assert _param(r.generation.params, "bw_bytes_per_s").note  # at the bound, and says so
+
+
+def test_failed_points_left_out_and_oom_caps_micro_batch():
+    prof = make_profile(concurrencies=CS, micro_batches=(1, 2, 4, 8), oom_at=16)
+    prof.generation.append(GenPoint(backend="hf", concurrency=128, prompt_len=64, output_len=32, status="oom",
+                                    error="out of memory"))
+    r = fit_profile(prof)
+    assert r.generation.n_points == len(CS)
+    assert any("left out" in w for w in r.warnings)
+    assert r.training.memory.max_micro_batch == 15 and "OOM" in r.training.memory.note
+
+
+def test_no_ok_points_is_a_user_error():
+    prof = make_profile(concurrencies=(), micro_batches=())
+    with pytest.raises(UserError, match="no successful points"):
+        fit_profile(prof)
+
+
+def test_stored_fit_round_trips_and_load_model_uses_it(tmp_path, synthetic):
+    prof, r = synthetic
+    prof = prof.model_copy(deep=True)
+    fresh = load_model(prof)  # no stored fit: fitted on the fly
+    assert fresh.decode.bw_bytes_per_s == pytest.approx(r.model.decode.bw_bytes_per_s, rel=1e-6)
+    prof.fit = r.model_dump(mode="json")
+    prof.save(tmp_path / "p.json")
+    back = Profile.load(tmp_path / "p.json")
+    assert FitResult.model_validate(back.fit).generation.knee_concurrency == r.generation.knee_concurrency
+    prof.fit["model"]["decode"]["bw_bytes_per_s"] = 1.0  # proves the stored fit is used, not a refit
+    assert load_model(prof).decode.bw_bytes_per_s == 1.0
+
+
+def test_bootstrap_intervals_contain_estimate():
+    r = fit_profile(make_profile(concurrencies=CS, micro_batches=(1, 2, 4), noise=0.02), bootstrap=20, seed=0)
+    assert r.bootstrap_samples == 20
+    for e in r.generation.params:
+        if e.identified:
+            assert e.lo <= e.value * 1.05 and e.hi >= e.value * 0.95

@@ -1,0 +1,110 @@
+"""Predictions: fitted (unmeasured points), analytic (datasheet x efficiencies), calibrated; profile-shaped output."""
+
+from __future__ import annotations
+
+import pytest
+
+from _synth import TRUE, make_profile
+from throughputlab.cli import main
+from throughputlab.errors import UserError
+from throughputlab.fit import fit_profile, load_fit, load_model
+from throughputlab.hardware.peaks import lookup
+from throughputlab.models import resolve_model
+from throughputlab.predict import (
+    DEFAULT_EFFICIENCIES, calibration_from, predict_analytic, predict_from_profile, short_context_knee,
+    single_stream_bound,
+)
+from throughputlab.profile import Profile
+from throughputlab.roofline import Costs, decode_step_s
+
+
+@pytest.fixture(scope="module")
+def qwen_h200():
+    return predict_analytic(resolve_model("qwen2.5-7b").spec, "h200", concurrency=(1, 8, 64, 512, 4096))
+
+
+def test_analytic_knee_follows_the_h200_flop_per_byte_ratio(qwen_h200):
+    m = load_model(qwen_h200)
+    ds = lookup("h200")
+    ridge = ds.flops_per_s["bfloat16"] / ds.memory_bandwidth_bytes_per_s  # FLOP per byte of the device
+    eff = DEFAULT_EFFICIENCIES
+    w_over_f = m.costs.weight_bytes / m.costs.flops_per_token
+    assert short_context_knee(m) == pytest.approx(ridge * eff.decode_phi / eff.decode_bw * w_over_f, rel=1e-9)
+    assert m.knee(1e-9) == pytest.approx(short_context_knee(m), rel=1e-6)
+    # below the knee the memory term dominates, above it the compute term
+    s = qwen_h200.settings.prompt_len + qwen_h200.settings.output_len / 2
+    knee = m.knee(s)
+    d, k = m.decode, m.costs
+    for c, mem_bound in ((knee / 2, True), (knee * 2, False)):
+        mem = (k.weight_bytes + c * s * k.kv_bytes_per_token) / d.bw_bytes_per_s
+        comp = c * (k.flops_per_token + s * k.attn_flops_per_ctx_token) / d.phi_flops_per_s
+        assert (mem > comp) is mem_bound
+
+
+def test_single_sequence_bounded_by_bandwidth_over_weights(qwen_h200):
+    m = load_model(qwen_h200)
+    bound = single_stream_bound(m, lookup("h200").memory_bandwidth_bytes_per_s)
+    assert m.decode_tokens_per_s(1, 1) < bound
+    assert m.decode_tokens_per_s(1, 1) > 0.5 * bound  # 80% bandwidth efficiency, small fixed cost
+
+
+def test_predicted_profile_is_profile_shaped(qwen_h200, tmp_path):
+    p = qwen_h200
+    assert p.kind == "predicted" and p.hardware.datasheet.device == "H200"
+    assert load_fit(p).method == "analytic" and load_fit(p).assumptions
+    p.save(tmp_path / "pred.json")
+    back = Profile.load(tmp_path / "pred.json")
+    g = next(g for g in back.generation if g.concurrency == 8)
+    assert g.tokens_per_s == pytest.approx(load_model(back).generation_tokens_per_s(8, 512, 512), rel=1e-9)
+    # 4096 sequences of 1024 tokens exceed the KV cache left after the weights
+    big = next(g for g in back.generation if g.concurrency == 4096)
+    assert big.status == "skipped" and "KV cache" in big.error
+    with pytest.raises(UserError, match="prediction"):
+        fit_profile(back)
+
+
+def test_fitted_prediction_at_unmeasured_concurrency():
+    prof = make_profile(concurrencies=(1, 2, 4, 8, 16, 32, 64), micro_batches=(1, 2, 4, 8), noise=0.005)
+    pred = predict_from_profile(prof, concurrency=[3, 24, 48], micro_batches=[3, 6])
+    c = Costs.from_spec(prof.model, 4)
+    s = prof.settings.prompt_len + prof.settings.output_len / 2
+    for g in pred.generation:
+        true = decode_step_s(g.concurrency, s, c, TRUE["t0"], TRUE["bw"], TRUE["phi"])
+        assert g.decode_step_s == pytest.approx(true, rel=0.03)
+    assert [t.micro_batch for t in pred.training] == [3, 6]
+    with pytest.raises(UserError, match="--concurrency values must be positive"):
+        predict_from_profile(prof, concurrency=[0])
+
+
+def test_calibration_carries_measured_efficiencies():
+    prof = make_profile(concurrencies=(1, 2, 4, 8, 16, 32, 64), micro_batches=(1, 2, 4), noise=0.005)
+    eff = calibration_from(prof)
+    # relative to the micro-benchmarks (no datasheet on a CPU): 12/14 and 60/70
+    assert eff.decode_bw == pytest.approx(TRUE["bw"] / 14e9, rel=0.03)
+    assert eff.decode_phi == pytest.approx(TRUE["phi"] / 70e9, rel=0.03)
+    lo, hi = eff.intervals["decode_bw"]
+    assert lo < eff.decode_bw < hi
+    pred = predict_analytic(resolve_model("qwen2.5-7b").spec, "h200", calibrate=prof, concurrency=(1, 64))
+    m = load_model(pred)
+    assert m.source == "calibrated"
+    assert m.decode.bw_bytes_per_s == pytest.approx(eff.decode_bw * 4.8e12, rel=1e-9)
+
+
+def test_unknown_gpu_lists_known_devices():
+    with pytest.raises(UserError, match="known devices are .*H200"):
+        predict_analytic(resolve_model("tiny").spec, "voodoo 5")
+
+
+def test_cli_predict_analytic(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["predict", "--model", "qwen2.5-7b", "--gpu", "h200", "-c", "1,64,256"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert "knee at concurrency" in out and "single-sequence bound" in out
+
+
+def test_cli_predict_needs_one_source(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["predict", "--gpu", "h200"])
+    assert e.value.code == 2
+    assert "either --profile" in capsys.readouterr().err

@@ -1,0 +1,86 @@
+"""The HTML report: sections and figures present, overlays, offline, everything from profiles escaped."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from _synth import make_profile
+from throughputlab.cli import main
+from throughputlab.fit import fit_profile
+from throughputlab.models import resolve_model
+from throughputlab.predict import predict_analytic
+from throughputlab.report.profile_report import build_sections, render_report, write_report
+
+EVIL = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
+
+
+@pytest.fixture(scope="module")
+def measured():
+    p = make_profile(concurrencies=(1, 2, 4, 8, 16, 32), micro_batches=(1, 2, 4), noise=0.01)
+    p.fit = fit_profile(p).model_dump(mode="json")
+    return p
+
+
+def _figure_json(html: str) -> list[dict]:
+    """The JSON literals plotly writes into Plotly.newPlot(id, data, layout, config)."""
+    return re.findall(r"Plotly\.newPlot\(\s*\"[^\"]+\",\s*(\[.*?\]),\s*(\{.*?\}),\s*\{", html, re.S)
+
+
+def test_sections_and_figures(measured):
+    names = [s.title for s in build_sections([measured])]
+    assert names == ["Summary", "Generation", "Training", "Points", "Fit", "Environment"]
+    html = render_report([measured])
+    assert html.count("Plotly.newPlot") == 3
+    assert "held-out error" in html and "MBU microbench" in html and "knee at concurrency" in html
+    # offline: plotly.js inlined, nothing fetched from the network
+    assert not re.search(r"<script[^>]*\ssrc=", html) and not re.search(r"<link[^>]*href=\"http", html)
+
+
+def test_overlay_of_measured_and_predicted(measured):
+    pred = predict_analytic(resolve_model("demo").spec, "l4", dtype="bfloat16", concurrency=(1, 4, 16))
+    html = render_report([measured, pred])
+    assert "(predicted)" in html and "Test CPU" in html and "L4" in html
+    data = json.loads(_figure_json(html)[0][0])
+    colors = {t.get("marker", {}).get("color") for t in data if t.get("mode") == "markers"}
+    assert len(colors) == 2  # one color per profile
+
+
+def test_profile_text_is_escaped_everywhere():
+    p = make_profile(concurrencies=(1, 2, 4, 8), micro_batches=(1, 2, 4), name=EVIL)
+    p.notes.append("</table><script>alert(1)</script>")
+    html = render_report([p])
+    assert "<script>window.__pwned" not in html and "<img src=x" not in html
+    assert "<script>alert" not in html
+    # the only script tags are plotly's library and its figure calls
+    assert all(tag.strip() in ('<script type="text/javascript">', "<script>")
+               for tag in re.findall(r"<script[^>]*>", html))
+    for data, layout in _figure_json(html):
+        for t in json.loads(data):
+            assert "<script" not in t.get("name", "") and "<img" not in t.get("name", "")
+
+
+def test_write_report_and_cli(tmp_path, measured, capsys):
+    write_report([measured], tmp_path / "a" / "r.html")
+    assert (tmp_path / "a" / "r.html").read_text().startswith("<!DOCTYPE html>")
+    measured.save(tmp_path / "p.json")
+    with pytest.raises(SystemExit) as e:
+        main(["report", str(tmp_path / "p.json"), str(tmp_path / "p.json"), "-o", str(tmp_path / "r2.html")])
+    assert e.value.code == 0 and (tmp_path / "r2.html").exists()
+    with pytest.raises(SystemExit) as e:
+        main(["report", str(tmp_path / "missing.json"), "-o", str(tmp_path / "r3.html")])
+    assert e.value.code == 2 and "does not exist" in capsys.readouterr().err
+
+
+def test_cli_fit_stores_and_prints(tmp_path, measured, capsys):
+    p = measured.model_copy(deep=True)
+    p.fit = None
+    p.save(tmp_path / "p.json")
+    with pytest.raises(SystemExit) as e:
+        main(["fit", str(tmp_path / "p.json"), "--bootstrap", "0"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert "knee at concurrency" in out and "held-out tokens/s error" in out and "fit stored" in out
+    assert json.loads((tmp_path / "p.json").read_text())["fit"]["method"] == "fit"

@@ -1,0 +1,145 @@
+"""`throughputlab fit`, `predict` and `report`: parse options, call one library function, save, print."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import click
+
+from throughputlab.commands.options import IntList, check_writable
+from throughputlab.errors import UserError
+
+
+@click.command(context_settings={"show_default": True})
+@click.argument("profile", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--bootstrap", type=click.IntRange(min=0), default=200,
+              help="Refits on raw samples resampled within each point, for percentile intervals (0: Jacobian intervals only).")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the profile with its fit here (default: update PROFILE in place).")
+@click.option("--no-save", is_flag=True, help="Print the summary without storing the fit.")
+@click.option("--seed", type=int, default=0, help="Seed of the bootstrap.")
+def fit(profile: Path, bootstrap: int, output: Optional[Path], no_save: bool, seed: int) -> None:
+    """Fit the decode, prefill and training models of a measured profile and store the fit in it.
+
+    \b
+    Prints the parameters with 95% intervals, the knee concurrency, the largest micro-batch
+    that fits, utilisation against the datasheet and the micro-benchmarks, and the
+    leave-one-out error at every point.
+    """
+    from throughputlab.fit import fit_profile, summary_lines
+    from throughputlab.profile import Profile
+
+    prof = Profile.load(profile)
+    target = output or profile
+    if not no_save:
+        check_writable(target)
+    result = fit_profile(prof, bootstrap=bootstrap, seed=seed)
+    click.echo(f"{prof.model.name} on {prof.hardware.device_name} ({prof.settings.dtype})")
+    for line in summary_lines(result):
+        click.echo(line)
+    if not no_save:
+        prof.fit = result.model_dump(mode="json")
+        prof.save(target)
+        click.echo(f"fit stored in {target}")
+
+
+@click.command(context_settings={"show_default": True})
+@click.option("--profile", "profile_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Predict from this profile's fitted model (fitted now if it has no fit).")
+@click.option("--model", "-m", default=None, help="Analytic prediction: a preset, model folder or hub id.")
+@click.option("--gpu", default=None, help="Analytic prediction: a device with a datasheet row (h200, a100 80gb, l4...).")
+@click.option("--dtype", default="bfloat16", help="Analytic prediction: weights and compute dtype.")
+@click.option("--calibrate", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Analytic prediction with the efficiencies fitted on this measured profile (another device).")
+@click.option("--concurrency", "-c", type=IntList(), default=None,
+              help="Concurrencies to predict [default: 1,2,4,...,512].")
+@click.option("--prompt-len", type=int, default=None, help="Prompt tokens [default: the profile's, or 512].")
+@click.option("--output-len", type=int, default=None, help="Output tokens [default: the profile's, or 512].")
+@click.option("--micro-batch", "-b", type=IntList(), default=None, help="Training micro-batches [default: 1,2,4,8,16].")
+@click.option("--seq-len", type=int, default=None, help="Training sequence length [default: the profile's, or 2048].")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the prediction as a profile (kind=predicted) that `report` and `decide` read.")
+def predict(profile_path, model, gpu, dtype, calibrate, concurrency, prompt_len, output_len, micro_batch, seq_len,
+            output) -> None:
+    """Predict tokens/s where nothing was measured: from a fitted profile, or from a config and a datasheet.
+
+    \b
+    Examples:
+      throughputlab predict --profile prof.json -c 3,96,200
+      throughputlab predict --model qwen2.5-7b --gpu h200
+      throughputlab predict --model qwen2.5-7b --gpu h200 --calibrate a100-profile.json -o h200.json
+    """
+    from throughputlab.fit import load_fit
+    from throughputlab.predict import (
+        generation_table, predict_analytic, predict_from_profile, short_context_knee, single_stream_bound,
+        training_table,
+    )
+    from throughputlab.profile import Profile
+
+    if (profile_path is None) == (model is None):
+        raise UserError("give either --profile PROFILE (fitted prediction) or --model MODEL --gpu GPU (analytic)")
+    if output is not None:
+        check_writable(output)
+    cs = concurrency or [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+    bs = micro_batch or [1, 2, 4, 8, 16]
+    if profile_path is not None:
+        if gpu or calibrate:
+            raise UserError("--gpu and --calibrate go with --model (analytic prediction), not with --profile")
+        pred = predict_from_profile(Profile.load(profile_path), concurrency=cs, prompt_len=prompt_len,
+                                    output_len=output_len, micro_batches=bs, seq_len=seq_len)
+    else:
+        if not gpu:
+            raise UserError("--model needs --gpu (a device with a datasheet row, e.g. h200)")
+        from throughputlab.models import resolve_model
+
+        spec = resolve_model(model).spec
+        cal = Profile.load(calibrate) if calibrate else None
+        pred = predict_analytic(spec, gpu, dtype=dtype, calibrate=cal, concurrency=cs, prompt_len=prompt_len or 512,
+                                output_len=output_len or 512, micro_batches=bs, seq_len=seq_len or 2048)
+    fit = load_fit(pred)
+    m = fit.model
+    st = pred.settings
+    click.echo(f"{pred.model.name} on {pred.hardware.device_name} ({st.dtype}), {fit.method} model")
+    for a in fit.assumptions:
+        click.echo(f"  {a}")
+    if m.decode is not None:
+        click.echo(f"generation, prompt {st.prompt_len}, output {st.output_len}:")
+        click.echo(generation_table(m, cs, st.prompt_len, st.output_len).to_string(index=False, float_format="{:,.4g}".format))
+        if fit.generation is not None:
+            click.echo(fit.generation.knee_note)
+        click.echo(f"knee as the context goes to 0: {short_context_knee(m):.4g}")
+        if fit.peaks.datasheet_bytes_per_s:
+            click.echo(f"single-sequence bound, datasheet bandwidth / weight bytes: "
+                       f"{single_stream_bound(m, fit.peaks.datasheet_bytes_per_s):,.1f} tokens/s")
+        if m.kv_cache_tokens is not None:
+            click.echo(f"KV cache: {m.kv_cache_tokens:,} tokens "
+                       f"({m.kv_cache_tokens / (st.prompt_len + st.output_len):,.0f} sequences of this length)")
+    if m.train is not None:
+        click.echo(f"training, sequence length {st.seq_len}:")
+        click.echo(training_table(m, bs, st.seq_len).to_string(index=False, float_format="{:,.4g}".format))
+        mb = m.max_micro_batch()
+        click.echo(f"largest micro-batch that fits: {mb if mb is not None else 'unknown (no memory line)'}")
+    if output is not None:
+        pred.save(output)
+        click.echo(f"prediction written to {output}")
+
+
+@click.command()
+@click.argument("profiles", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=Path("report.html"),
+              show_default=True, help="HTML file to write (one file, works offline).")
+@click.option("--title", default=None, help="Page title (default: the profiles' labels).")
+def report(profiles: tuple[Path, ...], output: Path, title: Optional[str]) -> None:
+    """One offline HTML report of one or more profiles (overlaid: two GPUs, two models, vllm against hf)."""
+    from throughputlab.profile import Profile
+    from throughputlab.report.profile_report import render_report
+
+    check_writable(output, "--output")
+    loaded = [Profile.load(p) for p in profiles]
+    html = render_report(loaded, title=title)
+    try:
+        output.write_text(html, encoding="utf-8")
+    except OSError as e:
+        raise UserError(f"cannot write report {output}: {e.strerror or e}; choose another --output") from None
+    click.echo(f"report written to {output} ({len(html) / 1e6:.1f} MB)")

@@ -1,0 +1,309 @@
+"""Predictions as profiles: from a fitted profile, or from the model config and a datasheet alone.
+
+The analytic predictor (DESIGN.md, "the analytic predictor") evaluates the same formulas as
+the fit with ``BW = efficiency x datasheet bandwidth`` and ``PHI = efficiency x datasheet
+FLOP/s``. The efficiencies are stated defaults, or measured on another device (``calibrate``:
+fitted BW and PHI over that device's peaks), so a CPU or A100 profile can predict an H200.
+Every prediction is a ``Profile`` with ``kind="predicted"`` whose ``fit`` holds the model,
+so ``report`` and ``decide`` read it like a measured one. No torch.
+"""
+
+from __future__ import annotations
+
+import platform
+import socket
+import sys
+from typing import Optional, Sequence
+
+import pandas as pd
+from pydantic import BaseModel, ConfigDict
+
+from throughputlab.errors import UserError
+from throughputlab.fit import FitResult, Peaks, fit_profile, knee_statement, load_fit
+from throughputlab.hardware.peaks import device_names, lookup, peak_flops
+from throughputlab.models.spec import ModelSpec, dtype_bytes
+from throughputlab.profile import (
+    Environment, GenPoint, GenSample, Hardware, Profile, SweepSettings, TrainPoint, TrainSample, now_iso,
+)
+from throughputlab.roofline import Costs, DecodeParams, PrefillParams, ThroughputModel, TrainParams
+
+VLLM_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default share of device memory for weights + KV cache
+ADAM_BYTES_PER_PARAM = 16  # 16-bit weights and grads, fp32 master copy and two Adam moments (ZeRO paper, 2*2 + 12)
+
+
+class Efficiencies(BaseModel):
+    """Fractions of the datasheet peaks a real engine reaches, and the fixed per-step costs.
+
+    Defaults are assumptions, stated here and in every predicted profile: about 80% of the
+    memory bandwidth in decode (vLLM reaches 70-85% MBU at batch 1 on A100/H100-class GPUs),
+    half the dense FLOP/s for decode's skinny matmuls, 60% in prefill, 40% MFU in training
+    (typical of FSDP/Megatron runs), 1 ms of scheduling per decode step, 10 ms per micro-step.
+    ``calibrate`` replaces them with figures measured on another device.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    decode_bw: float = 0.80
+    decode_phi: float = 0.50
+    prefill_phi: float = 0.60
+    train_phi: float = 0.40
+    decode_t0_s: float = 1.0e-3
+    prefill_t0_s: float = 1.0e-3
+    train_t0_s: float = 10e-3
+    source: str = "stated defaults (no measurement)"
+    intervals: dict[str, tuple[Optional[float], Optional[float]]] = {}  # 95% ranges when calibrated
+
+    def describe(self) -> list[str]:
+        lines = [f"efficiencies from {self.source}:",
+                 f"decode bandwidth {self.decode_bw:.0%} of peak, decode FLOP/s {self.decode_phi:.0%}, "
+                 f"prefill FLOP/s {self.prefill_phi:.0%}, training FLOP/s {self.train_phi:.0%}",
+                 f"fixed costs: decode step {self.decode_t0_s * 1e3:.3g} ms, prefill {self.prefill_t0_s * 1e3:.3g} ms, "
+                 f"training micro-step {self.train_t0_s * 1e3:.3g} ms"]
+        for k, (lo, hi) in self.intervals.items():
+            if lo is not None and hi is not None:
+                lines.append(f"{k}: 95% range {lo:.3g} to {hi:.3g}")
+        return lines
+
+
+DEFAULT_EFFICIENCIES = Efficiencies()
+
+
+# ---------------------------------------------------------------- calibration
+
+
+def _ref_peaks(peaks: Peaks) -> tuple[Optional[float], Optional[float], str]:
+    """The peaks a measured profile's efficiencies are relative to: datasheet, else micro-benchmarks."""
+    if peaks.datasheet_bytes_per_s and peaks.datasheet_flops_per_s:
+        return peaks.datasheet_bytes_per_s, peaks.datasheet_flops_per_s, f"datasheet ({peaks.datasheet_device})"
+    return peaks.microbench_bytes_per_s, peaks.microbench_flops_per_s, "the probe's micro-benchmarks"
+
+
+def calibration_from(profile: Profile) -> Efficiencies:
+    """Efficiencies measured on ``profile``'s device: fitted BW and PHI over that device's peaks."""
+    fit = load_fit(profile)
+    if fit is None or fit.method != "fit":
+        if profile.kind == "predicted":
+            raise UserError("--calibrate needs a measured profile, not a prediction")
+        fit = fit_profile(profile)
+    bw_ref, phi_ref, ref = _ref_peaks(fit.peaks)
+    if not bw_ref or not phi_ref:
+        raise UserError("--calibrate: that profile has neither datasheet peaks nor micro-benchmarks, so its "
+                        "efficiencies are unknown; re-measure it with the hardware probe enabled")
+    m = fit.model
+    eff = DEFAULT_EFFICIENCIES.model_dump()
+    intervals: dict[str, tuple[Optional[float], Optional[float]]] = {}
+
+    def ratio(est_list, name, peak, key):
+        for e in est_list:
+            if e.name == name:
+                eff[key] = e.value / peak
+                intervals[key] = (e.lo / peak if e.lo else None, e.hi / peak if e.hi else None)
+
+    if m.decode and fit.generation:
+        ratio(fit.generation.params, "bw_bytes_per_s", bw_ref, "decode_bw")
+        ratio(fit.generation.params, "phi_flops_per_s", phi_ref, "decode_phi")
+        eff["decode_t0_s"] = m.decode.t0_s
+        eff["prefill_t0_s"] = m.prefill.t0_s if m.prefill else m.decode.t0_s
+        eff["prefill_phi"] = (m.prefill.phi_flops_per_s if m.prefill else m.decode.phi_flops_per_s) / phi_ref
+    if m.train and fit.training:
+        ratio(fit.training.params, "phi_train_flops_per_s", phi_ref, "train_phi")
+        eff["train_t0_s"] = m.train.t0_s + m.train.optimizer_step_s
+    eff["source"] = (f"the fit of a profile of {profile.model.name} on {profile.hardware.device_name} "
+                     f"(relative to {ref}; fixed costs carried over as measured there)")
+    eff["intervals"] = intervals
+    return Efficiencies(**eff)
+
+
+# ---------------------------------------------------------------- analytic model
+
+
+def analytic_model(spec: ModelSpec, gpu: str, dtype: str = "bfloat16",
+                   eff: Efficiencies = DEFAULT_EFFICIENCIES) -> tuple[ThroughputModel, Hardware, Peaks]:
+    """ThroughputModel from the config and the datasheet row of ``gpu`` scaled by ``eff``."""
+    ds = lookup(gpu)
+    if ds is None:
+        raise UserError(f"--gpu {gpu}: no datasheet row for it; known devices are {', '.join(device_names())}")
+    bpp = dtype_bytes(dtype)
+    phi_peak = peak_flops(ds, dtype)
+    if phi_peak is None:
+        raise UserError(f"--dtype {dtype}: the {ds.device} datasheet row has no {dtype} figure; "
+                        f"use one of {', '.join(ds.flops_per_s)}")
+    costs = Costs.from_spec(spec, bpp)
+    bw = eff.decode_bw * ds.memory_bandwidth_bytes_per_s
+    mem = float(ds.memory_bytes) if ds.memory_bytes else None
+    weights_total = spec.params_total * bpp
+    kv_tokens = None
+    if mem:
+        free = VLLM_GPU_MEMORY_UTILIZATION * mem - weights_total
+        kv_tokens = int(free / costs.kv_bytes_per_token) if free > 0 else 0
+    model = ThroughputModel(
+        source="analytic" if eff.source == DEFAULT_EFFICIENCIES.source else "calibrated",
+        costs=costs,
+        decode=DecodeParams(t0_s=eff.decode_t0_s, bw_bytes_per_s=bw, phi_flops_per_s=eff.decode_phi * phi_peak),
+        prefill=PrefillParams(t0_s=eff.prefill_t0_s, bw_bytes_per_s=bw, phi_flops_per_s=eff.prefill_phi * phi_peak),
+        train=TrainParams(t0_s=eff.train_t0_s, phi_flops_per_s=eff.train_phi * phi_peak,
+                          mem0_bytes=float(ADAM_BYTES_PER_PARAM * spec.params_total),
+                          mem_per_sample_bytes=None, device_memory_bytes=mem),
+        kv_cache_tokens=kv_tokens,
+    )
+    hw = Hardware(device_type="cuda", device_name=ds.device, memory_total_bytes=ds.memory_bytes, datasheet=ds)
+    peaks = Peaks(dtype=dtype, datasheet_device=ds.device, datasheet_bytes_per_s=ds.memory_bandwidth_bytes_per_s,
+                  datasheet_flops_per_s=phi_peak, datasheet_source=ds.source)
+    return model, hw, peaks
+
+
+def activation_bytes_per_sequence(spec: ModelSpec, seq_len: int, bytes_per_param: int) -> float:
+    """Activations kept for backward per sequence: 34*S*h per layer at 16 bits with flash attention
+    (Korthikanti et al. 2022, table 2, without the s^2 term), plus fp32 logits and their gradient."""
+    return spec.num_layers * seq_len * spec.hidden_size * 34 * bytes_per_param / 2 + seq_len * spec.vocab_size * 8
+
+
+# ---------------------------------------------------------------- predicted profiles
+
+
+def _environment() -> Environment:
+    from throughputlab import __version__
+
+    return Environment(python=sys.version.split()[0], platform=platform.platform(), hostname=socket.gethostname(),
+                       packages={"throughputlab": __version__}, command_line=list(sys.argv))
+
+
+def _check_lists(concurrency: Sequence[int], micro_batches: Sequence[int], prompt_len: int, output_len: int,
+                 seq_len: int) -> None:
+    for name, xs in (("--concurrency", concurrency), ("--micro-batch", micro_batches)):
+        bad = [x for x in xs if not isinstance(x, int) or x <= 0]
+        if bad:
+            raise UserError(f"{name} values must be positive integers, got {bad[0]}")
+    for name, v in (("--prompt-len", prompt_len), ("--output-len", output_len), ("--seq-len", seq_len)):
+        if v <= 0:
+            raise UserError(f"{name} must be a positive integer, got {v}")
+
+
+def _predicted_points(model: ThroughputModel, concurrency, prompt_len, output_len, micro_batches, seq_len):
+    gen, train = [], []
+    if model.decode is not None:
+        for c in concurrency:
+            status, err = "ok", None
+            if model.kv_cache_tokens is not None and c * (prompt_len + output_len) > model.kv_cache_tokens:
+                status, err = "skipped", (f"{c} sequences of {prompt_len + output_len} tokens exceed the KV cache "
+                                          f"({model.kv_cache_tokens} tokens)")
+            td = model.decode_step_s(c, prompt_len + output_len / 2)
+            tp = model.prefill_s(c, prompt_len)
+            dec = max(output_len - 1, 0) * td
+            sample = GenSample(total_s=model.gen_overhead_s + tp + dec, output_tokens=c * output_len, prefill_s=tp,
+                               decode_s=dec, decode_step_s=[td])
+            gen.append(GenPoint(backend="predicted", concurrency=c, prompt_len=prompt_len, output_len=output_len,
+                                status=status, error=err, samples=[sample]))
+    if model.train is not None:
+        max_b = model.max_micro_batch()
+        t = model.train
+        for b in micro_batches:
+            step = model.train_step_s(b, seq_len) + t.optimizer_step_s
+            mem = None
+            if t.mem0_bytes is not None and t.mem_per_sample_bytes:
+                mem = int(t.mem0_bytes + b * t.mem_per_sample_bytes)
+            status, err = "ok", None
+            if max_b is not None and b > max_b:
+                status, err = "oom", f"predicted peak memory exceeds the device memory (largest micro-batch {max_b})"
+            train.append(TrainPoint(backend="predicted", micro_batch=b, seq_len=seq_len, status=status, error=err,
+                                    samples=[TrainSample(step_s=step)], peak_mem_bytes=mem))
+    return gen, train
+
+
+def predict_from_profile(profile: Profile, *, concurrency: Sequence[int] = (), prompt_len: Optional[int] = None,
+                         output_len: Optional[int] = None, micro_batches: Sequence[int] = (),
+                         seq_len: Optional[int] = None) -> Profile:
+    """The fitted model of ``profile`` evaluated at points that were not measured."""
+    fit = load_fit(profile)
+    if fit is None:
+        fit = fit_profile(profile)
+    st = profile.settings
+    prompt_len = prompt_len or st.prompt_len
+    output_len = output_len or st.output_len
+    seq_len = seq_len or st.seq_len
+    _check_lists(concurrency, micro_batches, prompt_len, output_len, seq_len)
+    gen, train = _predicted_points(fit.model, concurrency, prompt_len, output_len, micro_batches, seq_len)
+    settings = st.model_copy(update={"prompt_len": prompt_len, "output_len": output_len, "seq_len": seq_len})
+    notes = [f"predicted by the {fit.method} model of a profile measured on {profile.hardware.device_name}",
+             *profile.notes]
+    return Profile(kind="predicted", model=profile.model, hardware=profile.hardware, environment=_environment(),
+                   settings=settings, engine=profile.engine, generation=gen, training=train,
+                   fit=fit.model_dump(mode="json"), notes=notes)
+
+
+def predict_analytic(spec: ModelSpec, gpu: str, *, dtype: str = "bfloat16", calibrate: Optional[Profile] = None,
+                     concurrency: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+                     prompt_len: int = 512, output_len: int = 512, micro_batches: Sequence[int] = (1, 2, 4, 8, 16),
+                     seq_len: int = 2048) -> Profile:
+    """A predicted profile of ``spec`` on ``gpu`` from the datasheet, with default or calibrated efficiencies."""
+    _check_lists(concurrency, micro_batches, prompt_len, output_len, seq_len)
+    eff = calibration_from(calibrate) if calibrate is not None else DEFAULT_EFFICIENCIES
+    model, hw, peaks = analytic_model(spec, gpu, dtype, eff)
+    bpp = dtype_bytes(dtype)
+    model.train.mem_per_sample_bytes = activation_bytes_per_sequence(spec, seq_len, bpp)
+    assumptions = eff.describe() + [
+        f"KV cache: {VLLM_GPU_MEMORY_UTILIZATION:.0%} of device memory minus the weights (vLLM's default)",
+        f"training memory: {ADAM_BYTES_PER_PARAM} bytes/parameter (mixed-precision Adam) plus 34*S*h bytes "
+        "per layer and sequence (Korthikanti et al. 2022, flash attention) plus fp32 logits",
+    ]
+    s = prompt_len + output_len / 2
+    knee, knee_note = knee_statement(model, s)
+    from throughputlab.fit import GenerationFit, ParamEstimate
+
+    gen_fit = GenerationFit(
+        target="decode_step_s", form="max", params=[
+            ParamEstimate(name="t0_s", value=model.decode.t0_s, unit="s", note="assumed"),
+            ParamEstimate(name="bw_bytes_per_s", value=model.decode.bw_bytes_per_s, unit="B/s",
+                          note=f"{eff.decode_bw:.0%} of the datasheet"),
+            ParamEstimate(name="phi_flops_per_s", value=model.decode.phi_flops_per_s, unit="FLOP/s",
+                          note=f"{eff.decode_phi:.0%} of the datasheet"),
+        ], context_len=s, knee_concurrency=knee, knee_note=knee_note, n_points=0, rms_rel_residual=0.0, points=[])
+    fit = FitResult(method="analytic" if calibrate is None else "calibrated", created_at=now_iso(), model=model,
+                    peaks=peaks, generation=gen_fit, assumptions=assumptions)
+    gen, train = _predicted_points(model, concurrency, prompt_len, output_len, micro_batches, seq_len)
+    settings = SweepSettings(dtype=dtype, device="cuda", gen_backend="predicted", train_backend="predicted",
+                             prompt_len=prompt_len, output_len=output_len, seq_len=seq_len)
+    return Profile(kind="predicted", model=spec, hardware=hw, environment=_environment(), settings=settings,
+                   generation=gen, training=train, fit=fit.model_dump(mode="json"),
+                   notes=[f"analytic prediction for {hw.device_name}", *assumptions])
+
+
+# ---------------------------------------------------------------- tables for the CLI and the report
+
+
+def generation_table(model: ThroughputModel, concurrency: Sequence[int], prompt_len: int, output_len: int) -> pd.DataFrame:
+    """Per concurrency: decode step, decode and end-to-end tokens/s, and which roofline term dominates."""
+    s = prompt_len + output_len / 2
+    d = model.decode
+    rows = []
+    for c in concurrency:
+        td = model.decode_step_s(c, s)
+        mem = (model.costs.weight_bytes_for(c) + c * s * model.costs.kv_bytes_per_token) / d.bw_bytes_per_s
+        comp = c * (model.costs.flops_per_token + s * model.costs.attn_flops_per_ctx_token) / d.phi_flops_per_s
+        rows.append({"concurrency": c, "decode_step_ms": td * 1e3, "decode_tokens_per_s": c / td,
+                     "tokens_per_s": model.generation_tokens_per_s(c, prompt_len, output_len),
+                     "prefill_ms": model.prefill_s(c, prompt_len) * 1e3,
+                     "bound": "memory" if mem >= comp else "compute"})
+    return pd.DataFrame(rows)
+
+
+def training_table(model: ThroughputModel, micro_batches: Sequence[int], seq_len: int) -> pd.DataFrame:
+    t = model.train
+    rows = []
+    for b in micro_batches:
+        mem = t.mem0_bytes + b * t.mem_per_sample_bytes if (t.mem0_bytes is not None and t.mem_per_sample_bytes) else None
+        rows.append({"micro_batch": b, "step_ms": (model.train_step_s(b, seq_len) + t.optimizer_step_s) * 1e3,
+                     "tokens_per_s": model.train_tokens_per_s(b, seq_len),
+                     "peak_mem_gib": None if mem is None else mem / 2**30})
+    return pd.DataFrame(rows)
+
+
+def single_stream_bound(model: ThroughputModel, peak_bw: float) -> float:
+    """Upper bound of single-sequence decode tokens/s: peak bandwidth over the weight bytes read per token."""
+    return peak_bw / model.costs.weight_bytes
+
+
+def short_context_knee(model: ThroughputModel) -> float:
+    """Knee as the context goes to 0: (PHI/BW) * (W/F), the effective FLOP/byte ratio times bytes per FLOP."""
+    d = model.decode
+    return d.phi_flops_per_s / d.bw_bytes_per_s * model.costs.weight_bytes / model.costs.flops_per_token
+
