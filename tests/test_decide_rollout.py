@@ -1,0 +1,235 @@
+"""Rollout drain simulation: hand-computed cases, an independent step-by-step reference,
+KV-cache preemption, determinism and speed (by ratio)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from throughputlab.decide.rollout import (
+    EngineCaps, LengthDist, parse_length_dist, predict_rollout, read_lengths_file, simulate_rollout,
+)
+from throughputlab.errors import UserError
+from throughputlab.models import resolve_model
+from throughputlab.roofline import Costs, DecodeParams, PrefillParams, ThroughputModel
+
+
+def model(prefill: bool = False, smooth=None, name="demo") -> ThroughputModel:
+    costs = Costs.from_spec(resolve_model(name).spec, 4)
+    return ThroughputModel(
+        source="analytic", costs=costs,
+        decode=DecodeParams(t0_s=2e-3, bw_bytes_per_s=10e9, phi_flops_per_s=80e9, smooth_p=smooth),
+        prefill=PrefillParams(t0_s=5e-3, bw_bytes_per_s=12e9, phi_flops_per_s=150e9) if prefill else None)
+
+
+# ---------------------------------------------------------------- hand-computable cases
+
+
+@pytest.mark.parametrize("prefill", [False, True])
+def test_equal_lengths_without_cap_are_max_tokens_steps_at_concurrency_b(prefill):
+    m = model(prefill)
+    b, p, n = 12, 100, 40
+    r = simulate_rollout(m, [n] * b, p)
+    # one prefill step (emits the first token) then n - 1 decode steps, all at concurrency b
+    expected = m.prefill_s(b, p) + sum(m.decode_step_s(b, p + j) for j in range(1, n))
+    assert r.wall_s == pytest.approx(expected, rel=1e-12)
+    assert r.steps == n
+    assert r.peak_concurrency == b and set(r.timeline_concurrency[:-1]) == {b}
+    assert r.mean_concurrency == pytest.approx(b)
+    assert r.preemptions == 0 and r.recompute_s == 0
+
+
+def test_cap_of_one_is_the_sum_over_requests():
+    m = model(prefill=True)
+    p = 80
+    lengths = [7, 1, 15, 3, 9]
+    r = simulate_rollout(m, lengths, p, EngineCaps(max_num_seqs=1))
+    one = lambda n: m.prefill_s(1, p) + sum(m.decode_step_s(1, p + j) for j in range(1, n))  # noqa: E731
+    assert r.wall_s == pytest.approx(sum(one(n) for n in lengths), rel=1e-12)
+    assert r.steps == sum(lengths)
+    assert r.peak_concurrency == 1
+
+
+def test_a_single_longest_response_sets_the_wall_time():
+    m = model()
+    short = simulate_rollout(m, [10] * 32, 64)
+    one_long = simulate_rollout(m, [10] * 31 + [200], 64)
+    assert one_long.steps == 200
+    # after step 10 only one sequence is left: the tail runs at concurrency 1
+    tail = sum(m.decode_step_s(1, 64 + j) for j in range(10, 200))
+    assert one_long.wall_s == pytest.approx(short.wall_s + tail, rel=1e-9)
+    assert one_long.below_knee_share > short.below_knee_share
+
+
+# ---------------------------------------------------------------- an independent reference
+
+
+def reference(m: ThroughputModel, lengths, p: int, cap: int) -> float:
+    """Step-by-step, request-by-request continuous batching (slow, obvious)."""
+    queue = list(lengths)
+    active: list[list[int]] = []  # [context, tokens left]
+    total = 0.0
+    while queue or active:
+        new = []
+        while queue and len(active) + len(new) < cap:
+            new.append([p, queue.pop(0)])
+        dec = len(active)
+        ctx = sum(a[0] + 1 for a in active)
+        if dec == 0:
+            total += m.prefill_s(len(new), p)
+        else:
+            c = m.costs
+            d = m.decode
+            mem = (c.weight_bytes + ctx * c.kv_bytes_per_token) / d.bw_bytes_per_s
+            comp = (dec * c.flops_per_token + ctx * c.attn_flops_per_ctx_token) / d.phi_flops_per_s
+            comp += len(new) * p * (c.flops_per_token + p * c.attn_flops_per_ctx_token / 2) / d.phi_flops_per_s
+            total += d.t0_s + max(mem, comp)
+        for a in active:
+            a[0] += 1
+            a[1] -= 1
+        for a in new:
+            a[1] -= 1
+        active = [a for a in active + new if a[1] > 0]
+    return total
+
+
+@pytest.mark.parametrize("seed,cap", [(0, 4), (1, 16), (2, 64), (3, 1000)])
+def test_matches_a_step_by_step_reference(seed, cap):
+    m = model()
+    lengths = LengthDist(kind="lognormal", mean=40, sigma=0.8, max_tokens=150).sample(48, seed)
+    r = simulate_rollout(m, lengths, 32, EngineCaps(max_num_seqs=cap))
+    assert r.wall_s == pytest.approx(reference(m, lengths, 32, cap), rel=1e-9)
+
+
+def test_smooth_max_and_moe_models_evaluate_like_the_scalar_formulas():
+    for m in (model(smooth=4.0), model(name="qwen3-30b-a3b")):
+        r = simulate_rollout(m, [20] * 6, 50)
+        expected = m.prefill_s(6, 50) + sum(m.decode_step_s(6, 50 + j) for j in range(1, 20))
+        assert r.wall_s == pytest.approx(expected, rel=1e-9)
+
+
+# ---------------------------------------------------------------- KV cache
+
+
+def test_event_loop_equals_slot_schedule_when_the_cache_is_ample():
+    m = model()
+    lengths = LengthDist(kind="lognormal", mean=60, sigma=0.7, max_tokens=300).sample(300, 5)
+    caps = EngineCaps(max_num_seqs=48, kv_cache_tokens=10**8, block_size=16)
+    a = simulate_rollout(m, lengths, 64, caps)
+    b = simulate_rollout(m, lengths, 64, caps, force_event_loop=True)
+    assert a.wall_s == pytest.approx(b.wall_s, rel=1e-12)
+    assert a.steps == b.steps and b.preemptions == 0 and not b.kv_limited
+
+
+def test_kv_pressure_preempts_and_counts_the_recompute():
+    m = model()
+    lengths = LengthDist(kind="lognormal", mean=200, sigma=0.5, max_tokens=600).sample(64, 1)
+    free = simulate_rollout(m, lengths, 128, EngineCaps(max_num_seqs=64))
+    tight = simulate_rollout(m, lengths, 128, EngineCaps(max_num_seqs=64, kv_cache_tokens=64 * 128 + 2048,
+                                                         block_size=16))
+    assert tight.kv_limited and tight.preemptions > 0
+    assert tight.recompute_s > 0
+    assert tight.output_tokens == free.output_tokens
+    assert tight.wall_s > free.wall_s
+    assert tight.peak_concurrency <= 64
+
+
+def test_admission_limited_by_kv_tokens_without_preemption():
+    m = model()
+    # 16 requests of prompt 100 + 20 tokens; the cache holds 4 of them at a time (blocks of 1 token)
+    caps = EngineCaps(kv_cache_tokens=4 * 120, block_size=1)
+    r = simulate_rollout(m, [20] * 16, 100, caps)
+    assert r.peak_concurrency == 4 and r.preemptions == 0 and r.kv_limited
+    same = simulate_rollout(m, [20] * 16, 100, EngineCaps(max_num_seqs=4))
+    assert r.wall_s == pytest.approx(same.wall_s, rel=1e-12)
+
+
+def test_a_request_larger_than_the_cache_is_a_user_error():
+    with pytest.raises(UserError, match="KV-cache tokens"):
+        simulate_rollout(model(), [500], 100, EngineCaps(kv_cache_tokens=256, block_size=16))
+
+
+# ---------------------------------------------------------------- determinism, speed
+
+
+def test_deterministic_for_a_seed():
+    m = model()
+    d = parse_length_dist("lognormal:mean=120,sigma=0.9,max=512")
+    a = predict_rollout(m, 256, 64, d, EngineCaps(max_num_seqs=64), seed=3)
+    b = predict_rollout(m, 256, 64, d, EngineCaps(max_num_seqs=64), seed=3)
+    c = predict_rollout(m, 256, 64, d, EngineCaps(max_num_seqs=64), seed=4)
+    assert a == b
+    assert a.wall_s != c.wall_s
+
+
+def test_vectorised_schedule_is_much_faster_than_stepping_each_request():
+    m = model()
+    lengths = LengthDist(kind="lognormal", mean=100, sigma=0.8, max_tokens=400).sample(256, 0)
+    t0 = time.perf_counter()
+    reference(m, lengths, 64, 64)
+    slow = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for _ in range(5):
+        simulate_rollout(m, lengths, 64, EngineCaps(max_num_seqs=64))
+    fast = (time.perf_counter() - t0) / 5
+    assert fast * 10 < slow
+
+
+def test_cost_grows_about_linearly_with_the_batch():
+    m = model()
+    d = LengthDist(kind="lognormal", mean=100, sigma=0.8, max_tokens=400)
+    caps = EngineCaps(max_num_seqs=128)
+
+    def cost(b):
+        t0 = time.perf_counter()
+        for seed in range(3):
+            predict_rollout(m, b, 64, d, caps, seed=seed)
+        return time.perf_counter() - t0
+
+    cost(256)  # warm caches
+    assert cost(8192) < 32 * 4 * cost(256)  # 32x the requests, well under quadratic
+
+
+# ---------------------------------------------------------------- length inputs
+
+
+def test_length_dist_forms_and_cut():
+    d = parse_length_dist("lognormal:mean=300,sigma=1.5,max=512")
+    x = d.sample(5000, 0)
+    assert x.max() == 512 and x.min() >= 1
+    assert (x == 512).mean() > 0.05  # the cut is where long responses stop
+    u = parse_length_dist("uniform:min=5,max=9").sample(1000, 0)
+    assert set(u.tolist()) == {5, 6, 7, 8, 9}
+    assert set(parse_length_dist("fixed:len=33").sample(10, 0).tolist()) == {33}
+
+
+@pytest.mark.parametrize("text,msg", [
+    ("gamma:mean=3", "unknown form"),
+    ("lognormal:mean=300", "missing sigma"),
+    ("lognormal:mean=300,sigma=0.5,cap=10", "unknown key"),
+    ("lognormal:mean=-1,sigma=0.5", "positive"),
+    ("uniform:min=10,max=5", "at least min"),
+    ("fixed:len=0", "positive integer"),
+    ("lognormal:mean", "key=value"),
+])
+def test_bad_length_dist_is_one_line(text, msg):
+    with pytest.raises(UserError, match=msg) as e:
+        parse_length_dist(text)
+    assert "\n" not in str(e.value)
+
+
+def test_lengths_file_forms(tmp_path):
+    (tmp_path / "a.txt").write_text("10\n20\n30\n")
+    (tmp_path / "b.csv").write_text("id,response_len\n1,5\n2,7\n")
+    (tmp_path / "c.json").write_text("[3, 4]")
+    assert read_lengths_file(tmp_path / "a.txt").values == [10, 20, 30]
+    assert read_lengths_file(tmp_path / "b.csv").values == [5, 7]
+    d = read_lengths_file(tmp_path / "c.json", max_tokens=3)
+    assert set(d.sample(50, 0).tolist()) == {3}
+    (tmp_path / "bad.txt").write_text("10\n-2\n")
+    with pytest.raises(UserError, match="positive whole"):
+        read_lengths_file(tmp_path / "bad.txt")
+    with pytest.raises(UserError, match="cannot read"):
+        read_lengths_file(tmp_path / "missing.txt")

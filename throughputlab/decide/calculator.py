@@ -1,0 +1,280 @@
+"""The decision: per batch size, step time, samples/s, samples-to-target, time-to-target, the
+ratio test against the baseline, the learning rate, and the recommendation with its margin.
+
+DESIGN.md, "Decision calculator": ``T(B) = N*(B) / q(B)``; a larger batch beats the baseline
+only when its throughput gain ``q(B)/q(B0)`` exceeds its samples penalty ``N*(B)/N*(B0)``.
+:func:`rank` is the pure core (given samples/s and N*); :func:`decide` builds the rows from
+a throughput model, an RL shape and a samples-to-target source.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict
+
+from throughputlab.decide.curves import CurvesResult, CurvesSpec, Direction, NStarParam, load_curves, parse_nstar
+from throughputlab.decide.rollout import EngineCaps
+from throughputlab.decide.steptime import RLShape, StepModel, StepTime, critic_costs_for, overlap_note
+from throughputlab.errors import UserError
+from throughputlab.roofline import ThroughputModel
+
+SampleUnit = Literal["responses", "prompts"]
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SamplesSpec(_Spec):
+    """Where samples-to-target comes from: learning curves (with a target) or a parametric N*."""
+
+    curves: Optional[CurvesSpec] = None
+    target: Optional[float] = None
+    direction: Direction = "max"
+    nstar: Optional[str] = None  # flat | flat:N=..,lo=..,hi=.. | mcandlish:N_min=..,B_noise=..
+
+
+class LRSpec(_Spec):
+    ref: Optional[float] = None  # learning rate tuned at the reference batch (default: the baseline's)
+    ref_prompts: Optional[int] = None  # reference batch in prompts per step (default: the baseline)
+    rule: Literal["sqrt", "linear", "none"] = "sqrt"
+
+
+class DecideSpec(_Spec):
+    """Everything `throughputlab decide` needs; the spec file holds it, flags override it."""
+
+    profile: Optional[str] = None
+    train_profile: Optional[str] = None  # separate training devices measured on their own
+    shape: RLShape = RLShape()
+    prompts: list[int] = []  # candidate prompts per step (default: the batch sizes in the curves)
+    group: int = 8
+    baseline: Optional[int] = None  # prompts per step of the baseline (default: the smallest candidate)
+    sample_unit: SampleUnit = "responses"  # what a "sample" is in N*, samples/s and the curves' batch column
+    samples: SamplesSpec = SamplesSpec(nstar="flat")
+    lr: LRSpec = LRSpec()
+
+
+class Row(BaseModel):
+    """One candidate configuration (batch size, and the learning rate its curve used)."""
+
+    model_config = ConfigDict(extra="forbid")
+    label: str
+    prompts: int
+    group: int
+    batch_samples: float  # batch size in the sample unit
+    step: Optional[StepTime] = None  # None when samples/s were given directly
+    step_s: Optional[float] = None
+    samples_per_s: float
+    lr: Optional[float] = None  # the learning rate of this row's curve, or the rule's
+    lr_recommended: Optional[float] = None
+    lr_retuned: Optional[bool] = None  # the row's lr matches the rule's within 5%
+    nstar_samples: Optional[float] = None  # None: unknown or not reached (see nstar_status)
+    nstar_low: Optional[float] = None
+    nstar_high: Optional[float] = None
+    nstar_status: str = ""
+    nstar_relative: bool = False  # a flat N* without a value: only ratios are meaningful
+    time_to_target_s: Optional[float] = None
+    time_ratio: Optional[float] = None  # T / T(baseline)
+    throughput_gain: Optional[float] = None  # q / q(baseline)
+    samples_penalty: Optional[float] = None  # N* / N*(baseline)
+    beats_baseline: Optional[bool] = None  # gain > penalty
+    is_baseline: bool = False
+    invariant: Optional[bool] = None  # its curve matches the baseline's at equal samples
+
+
+class Recommendation(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    label: str
+    prompts: int
+    lr: Optional[float]
+    time_ratio: Optional[float]  # vs the baseline
+    runner_up: Optional[str]
+    margin: Optional[float]  # T(runner-up)/T(best) - 1
+    what_would_change: list[str]
+
+
+class Decision(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    rows: list[Row]
+    baseline: str
+    sample_unit: SampleUnit
+    recommendation: Optional[Recommendation]
+    notes: list[str] = []
+    overlap: Optional[str] = None
+    nstar_source: str = ""
+    lr_rule: str = "sqrt"
+    curves: Optional[CurvesResult] = None
+
+
+def _ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
+    return a / b if a is not None and b is not None and b > 0 else None
+
+
+def rank(rows: list[Row], baseline_index: int = 0, notes: Optional[list[str]] = None,
+         flat_nstar: bool = False) -> tuple[list[Row], Optional[Recommendation], list[str]]:
+    """The ratio test and the recommendation from rows holding samples/s and N*."""
+    notes = list(notes or [])
+    if not rows:
+        raise UserError("no candidate batch sizes: give --prompts")
+    base = rows[baseline_index]
+    base.is_baseline = True
+    for r in rows:
+        r.throughput_gain = r.samples_per_s / base.samples_per_s
+        r.samples_penalty = _ratio(r.nstar_samples, base.nstar_samples)
+        t_rel = _ratio(r.nstar_samples, r.samples_per_s)
+        r.time_to_target_s = None if r.nstar_relative else t_rel
+        r.time_ratio = _ratio(t_rel, _ratio(base.nstar_samples, base.samples_per_s))
+        if r.samples_penalty is not None:
+            r.beats_baseline = None if r is base else r.throughput_gain > r.samples_penalty
+    known = [r for r in rows if r.nstar_samples is not None]
+    unknown = [r for r in rows if r.nstar_samples is None]
+    for r in unknown:
+        notes.append(f"{r.label}: samples-to-target {r.nstar_status or 'unknown'}, so no time-to-target")
+    if base.nstar_samples is None:
+        notes.append(f"the baseline ({base.label}) has no samples-to-target: ratios against it are unknown, "
+                     "rows are ranked by their own time-to-target")
+    if not known:
+        return rows, None, notes
+    order = sorted(known, key=lambda r: r.nstar_samples / r.samples_per_s)
+    best = order[0]
+    t_best = best.nstar_samples / best.samples_per_s
+    runner = order[1] if len(order) > 1 else None
+    margin = (runner.nstar_samples / runner.samples_per_s) / t_best - 1 if runner else None
+    change: list[str] = []
+    if runner is not None:
+        change.append(f"{runner.label} would overtake it if its samples-to-target fell by more than "
+                      f"{1 - 1 / (1 + margin):.0%} or its samples/s rose by more than {margin:.0%}")
+    if best is not base and best.samples_penalty is not None:
+        change.append(f"{best.label} beats the baseline while its samples penalty stays below its throughput gain "
+                      f"{best.throughput_gain:.2f}x (now {best.samples_penalty:.2f}x)"
+                      + ("" if best.nstar_relative else
+                         f"; it breaks even at {base.nstar_samples * best.throughput_gain:.3g} samples to target"))
+    elif best is base:
+        larger = [r for r in known if r is not base and r.samples_penalty is not None and r.throughput_gain > 1]
+        if larger:
+            r = max(larger, key=lambda r: r.throughput_gain)
+            change.append(f"a larger batch wins only when its samples penalty is below its throughput gain: "
+                          f"{r.label} gains {r.throughput_gain:.2f}x but needs {r.samples_penalty:.2f}x the samples")
+    if flat_nstar:
+        change.append("samples-to-target is assumed flat, so throughput alone decides: a samples penalty larger "
+                      "than the throughput gain would reverse it (measure learning curves to check)")
+    if best.lr_retuned is False:
+        change.append(f"its learning rate {best.lr:.3g} is not the rule's {best.lr_recommended:.3g}: "
+                      "a retuned run may do better")
+    rec = Recommendation(label=best.label, prompts=best.prompts, lr=best.lr, time_ratio=best.time_ratio,
+                         runner_up=runner.label if runner else None, margin=margin, what_would_change=change)
+    return rows, rec, notes
+
+
+def decide_from_spec(spec: DecideSpec) -> Decision:
+    """Load the profile(s) named in the spec, fit them if needed, and decide."""
+    from throughputlab.fit import load_model
+    from throughputlab.profile import Profile
+
+    if not spec.profile:
+        raise UserError("no profile: give --profile PROFILE.json (measured by `throughputlab bench` "
+                        "or predicted by `throughputlab predict`)")
+    prof = Profile.load(spec.profile)
+    model = load_model(prof)
+    train_model = load_model(Profile.load(spec.train_profile)) if spec.train_profile else None
+    block = spec.shape.engine.block_size
+    if block is None and prof.engine is not None:
+        block = prof.engine.engine_args.get("block_size")
+    e = spec.shape.engine
+    caps = EngineCaps(max_num_seqs=e.max_num_seqs or model.max_num_seqs,
+                      kv_cache_tokens=e.kv_cache_tokens or model.kv_cache_tokens, block_size=int(block or 16))
+    return decide(spec, model, train_model=train_model, bytes_per_param=prof.bytes_per_param, caps=caps)
+
+
+def decide(spec: DecideSpec, model: ThroughputModel, train_model: Optional[ThroughputModel] = None,
+           bytes_per_param: Optional[int] = None, caps: Optional[EngineCaps] = None) -> Decision:
+    """Build the rows from the throughput model and the spec, then :func:`rank` them."""
+    if spec.group < 1:
+        raise UserError(f"--group must be a positive integer, got {spec.group}")
+    s = spec.samples
+    unit_mult = 1 if spec.sample_unit == "prompts" else spec.group
+    curves: Optional[CurvesResult] = None
+    param: Optional[NStarParam] = None
+    if s.curves is not None:
+        if s.target is None:
+            raise UserError("--curves needs --target (the metric value to reach) and --direction max|min")
+        base_batch = spec.baseline * unit_mult if spec.baseline else None
+        curves = load_curves(s.curves, s.target, s.direction, base_batch)
+    elif s.nstar:
+        param = parse_nstar(s.nstar)
+    else:
+        raise UserError("samples-to-target has no source: give --curves CSV --target X, or --nstar flat|mcandlish:..")
+
+    prompts = sorted(set(spec.prompts))
+    if not prompts and curves is not None:
+        for c in curves.configs:
+            p = c.batch / unit_mult
+            if p != int(p):
+                raise UserError(f"curves batch size {c.batch:g} is not a whole number of prompts at group "
+                                f"{spec.group}: check --group or sample_unit")
+        prompts = sorted({int(c.batch / unit_mult) for c in curves.configs})
+    if not prompts:
+        raise UserError("no candidate batch sizes: give --prompts 128,256,512")
+    if any(p < 1 for p in prompts):
+        raise UserError(f"--prompts values must be positive integers, got {', '.join(map(str, prompts))}")
+    baseline = spec.baseline or prompts[0]
+    if baseline not in prompts:
+        prompts = sorted({*prompts, baseline})
+
+    critic = critic_costs_for(spec.shape, bytes_per_param) if bytes_per_param else None
+    steps = StepModel(model, spec.shape, train_model=train_model, critic_costs=critic, caps=caps)
+    notes = [overlap_note(spec.shape.overlap), f"response lengths: {steps.dist.describe()}",
+             f"engine limits: {steps.caps.describe()}"]
+
+    lr_ref, lr_ref_batch = spec.lr.ref, (spec.lr.ref_prompts or baseline) * unit_mult
+    if lr_ref is None and curves is not None:
+        base_cfgs = curves.for_batch(lr_ref_batch)
+        if base_cfgs and base_cfgs[0].lr is not None:
+            lr_ref = base_cfgs[0].lr
+    from throughputlab.lr.rules import scale_lr
+
+    rows: list[Row] = []
+    base_index = 0
+    for p in prompts:
+        st = steps.step(p, spec.group)
+        b = float(p * unit_mult)
+        q = b / st.step_s
+        rec_lr = scale_lr(lr_ref, lr_ref_batch, b, spec.lr.rule) if lr_ref is not None else None
+        common = dict(prompts=p, group=spec.group, batch_samples=b, step=st, step_s=st.step_s, samples_per_s=q,
+                      lr_recommended=rec_lr)
+        if p == baseline:
+            base_index = len(rows)
+        if curves is not None:
+            cfgs = curves.for_batch(b)
+            if not cfgs:
+                rows.append(Row(label=f"{p} prompts", lr=rec_lr, nstar_status="no learning curve at this batch size",
+                                **common))
+            # the baseline row is the curve at the reference learning rate when there are several
+            if p == baseline and lr_ref is not None and len(cfgs) > 1:
+                cfgs = sorted(cfgs, key=lambda c: abs(math.log((c.lr or lr_ref) / lr_ref)))
+            for c in cfgs:
+                retuned = None
+                if c.lr is not None and rec_lr is not None:
+                    retuned = abs(c.lr / rec_lr - 1) <= 0.05
+                label = f"{p} prompts" + (f", lr {c.lr:.3g}" if c.lr is not None and len(cfgs) > 1 else "")
+                rows.append(Row(label=label, lr=c.lr if c.lr is not None else rec_lr, lr_retuned=retuned,
+                                nstar_samples=c.nstar_samples, nstar_low=c.nstar_low, nstar_high=c.nstar_high,
+                                nstar_status=c.status, invariant=c.invariant, **common))
+        else:
+            n, status = param.nstar(b)
+            rows.append(Row(label=f"{p} prompts", lr=rec_lr, nstar_samples=n, nstar_status=status,
+                            nstar_relative=param.kind == "flat" and param.n is None, **common))
+    rows, rec, notes = rank(rows, base_index, notes, flat_nstar=param is not None and param.kind == "flat")
+    if curves is not None:
+        differing = [c.label for c in curves.configs if c.invariant is False]
+        if differing:
+            notes.append("curves differ from the baseline at equal samples (not batch-size invariant): "
+                         + "; ".join(differing))
+        elif any(c.invariant for c in curves.configs if c.gap_to_baseline):
+            notes.append("the curves overlap at equal samples: batch-size invariant within tolerance")
+    return Decision(rows=rows, baseline=rows[base_index].label, sample_unit=spec.sample_unit, recommendation=rec,
+                    notes=notes, overlap=spec.shape.overlap,
+                    nstar_source=f"learning curves {curves.source}, target {curves.target:g} ({curves.direction})"
+                    if curves else param.describe(), lr_rule=spec.lr.rule, curves=curves)

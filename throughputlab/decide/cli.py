@@ -1,0 +1,172 @@
+"""`throughputlab decide`: parse the spec file and the common flags, decide, print and save."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import click
+
+from throughputlab.errors import UserError
+
+COLUMN_KEYS = ("run", "batch", "lr", "samples", "step", "metric")
+
+
+def _read_spec(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise UserError(f"--spec {path}: cannot read it ({e.strerror or e})") from None
+    if path.suffix.lower() in (".yaml", ".yml"):
+        try:
+            import yaml
+        except ImportError:
+            raise UserError(f"--spec {path}: reading YAML needs PyYAML (pip install pyyaml), or write the spec as JSON") \
+                from None
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise UserError(f"--spec {path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    else:
+        try:
+            data = json.loads(text)
+        except ValueError as e:
+            raise UserError(f"--spec {path}: not valid JSON ({e}); YAML files need a .yaml suffix") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UserError(f"--spec {path}: expected a mapping of settings at the top level")
+    return data
+
+
+def _int_list(text: str, option: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise UserError(f"{option} takes comma-separated positive integers, got {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise UserError(f"{option} takes comma-separated positive integers, got {text!r}")
+    return values
+
+
+def _set(d: dict, path: str, value: Any) -> None:
+    if value is None:
+        return
+    *parents, last = path.split(".")
+    for p in parents:
+        d = d.setdefault(p, {})
+        if not isinstance(d, dict):
+            raise UserError(f"--spec: {p} must be a mapping")
+    d[last] = value
+
+
+def build_spec(spec_file: Optional[Path], **flags: Any):
+    """The DecideSpec from the spec file with the flags laid over it."""
+    from pydantic import ValidationError
+
+    from throughputlab.decide.calculator import DecideSpec
+
+    data = _read_spec(spec_file) if spec_file else {}
+    f = flags
+    if f.get("response_lengths") and f.get("response_dist"):
+        raise UserError("give one of --response-lengths FILE and --response-dist, not both")
+    if f.get("curves") and f.get("nstar"):
+        raise UserError("give one of --curves CSV and --nstar, not both")
+    _set(data, "profile", f.get("profile"))
+    _set(data, "prompts", _int_list(f["prompts"], "--prompts") if f.get("prompts") else None)
+    _set(data, "group", f.get("group"))
+    _set(data, "baseline", f.get("baseline"))
+    _set(data, "shape.prompt_len", f.get("prompt_len"))
+    _set(data, "shape.algo", f.get("algo"))
+    _set(data, "shape.overlap", f.get("overlap"))
+    _set(data, "shape.seed", f.get("seed"))
+    if f.get("response_lengths"):
+        data.setdefault("shape", {})["response"] = {"file": f["response_lengths"]}
+    if f.get("response_dist"):
+        data.setdefault("shape", {})["response"] = {"dist": f["response_dist"]}
+    if f.get("curves"):
+        samples = data.setdefault("samples", {})
+        samples.pop("nstar", None)
+        samples.setdefault("curves", {})
+        if not isinstance(samples["curves"], dict):
+            raise UserError("--spec: samples.curves must be a mapping")
+        samples["curves"]["path"] = f["curves"]
+    if f.get("nstar"):
+        samples = data.setdefault("samples", {})
+        samples.pop("curves", None)
+        samples["nstar"] = f["nstar"]
+    _set(data, "samples.target", f.get("target"))
+    _set(data, "samples.direction", f.get("direction"))
+    for item in f.get("columns") or ():
+        key, eq, name = item.partition("=")
+        if not eq or key not in COLUMN_KEYS or not name:
+            raise UserError(f"--column {item!r}: use KEY=NAME with KEY one of {', '.join(COLUMN_KEYS)}")
+        _set(data, f"samples.curves.columns.{key}", name)
+    _set(data, "lr.ref", f.get("lr_ref"))
+    _set(data, "lr.rule", f.get("lr_rule"))
+    try:
+        return DecideSpec.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(x) for x in err["loc"]) or "the spec"
+        raise UserError(f"spec setting {where}: {err['msg']} ({e.error_count()} problem(s) in all)") from None
+
+
+@click.command(context_settings={"show_default": True})
+@click.option("--spec", "spec_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="RL shape and decision settings (YAML or JSON); the flags below override it.")
+@click.option("--profile", "-p", default=None, help="Profile JSON, measured (`bench`) or predicted (`predict`).")
+@click.option("--prompts", default=None, help="Candidate prompts per step, e.g. 128,256,512,1024.")
+@click.option("--group", type=int, default=None, help="Responses per prompt (group size). [spec default: 8]")
+@click.option("--baseline", type=int, default=None, help="Baseline prompts per step. [default: the smallest]")
+@click.option("--prompt-len", type=int, default=None, help="Prompt tokens per request.")
+@click.option("--response-lengths", default=None, metavar="FILE", help="Observed response lengths (tokens), one per line.")
+@click.option("--response-dist", default=None, metavar="FORM",
+              help="lognormal:mean=..,sigma=..,max=.. | uniform:min=..,max=.. | fixed:len=..")
+@click.option("--curves", default=None, metavar="CSV", help="Learning curves, one row per logged step.")
+@click.option("--target", type=float, default=None, help="Metric value to reach (with --curves).")
+@click.option("--direction", type=click.Choice(["max", "min"]), default=None, help="Whether the metric rises or falls to the target.")
+@click.option("--column", "columns", multiple=True, metavar="KEY=NAME",
+              help="Curves column names, KEY in run, batch, lr, samples, step, metric (repeatable).")
+@click.option("--nstar", default=None, metavar="FORM", help="flat[:N=..,lo=..,hi=..] | mcandlish:N_min=..,B_noise=..")
+@click.option("--lr-ref", type=float, default=None, help="Learning rate tuned at the baseline batch.")
+@click.option("--lr-rule", type=click.Choice(["sqrt", "linear", "none"]), default=None, help="Learning-rate retuning rule.")
+@click.option("--algo", type=click.Choice(["grpo", "ppo"]), default=None, help="PPO adds a critic.")
+@click.option("--overlap", type=click.Choice(["colocated", "separate", "off-policy"]), default=None,
+              help="Phases in sequence on shared or separate devices, or one-step off-policy overlap.")
+@click.option("--seed", type=int, default=None, help="Seed for the response lengths drawn per batch.")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write the decision as JSON.")
+@click.option("--html", "html_out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write an HTML report.")
+def decide(spec_file: Optional[Path], json_out: Optional[Path], html_out: Optional[Path], **flags) -> None:
+    """Which RL batch size reaches the target reward soonest: T(B) = N*(B) / q(B).
+
+    \b
+    Example:
+      throughputlab decide --profile prof.json --prompts 128,256,512,1024 --group 8 \\
+        --prompt-len 512 --response-dist lognormal:mean=600,sigma=0.7,max=2048 \\
+        --curves runs.csv --target 0.7 --lr-rule sqrt --html decide.html
+    """
+    from throughputlab.decide.calculator import decide_from_spec
+    from throughputlab.decide.report import decision_section, decision_text
+
+    spec = build_spec(spec_file, **flags)
+    decision = decide_from_spec(spec)
+    click.echo(decision_text(decision))
+    if json_out:
+        _write(json_out, decision.model_dump_json(indent=1), "--json")
+        click.echo(f"wrote {json_out}")
+    if html_out:
+        from throughputlab.report.page import render_html
+
+        page = render_html("throughputlab decide", [decision_section(decision)], subtitle=f"profile {spec.profile}")
+        _write(html_out, page, "--html")
+        click.echo(f"wrote {html_out}")
+
+
+def _write(path: Path, text: str, option: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    except OSError as e:
+        raise UserError(f"{option} {path}: cannot write it ({e.strerror or e})") from None

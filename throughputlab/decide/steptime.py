@@ -1,0 +1,260 @@
+"""One RL step: ``t_step = t_gen + t_logprob + t_train + t_sync`` (DESIGN.md, "Rollout drain model").
+
+``t_gen`` comes from the rollout simulation; the log-prob forward passes (old policy,
+reference), the policy update (epochs x mini-batches x micro-batches with gradient
+accumulation, an optimizer step per mini-batch), the critic of PPO (value forward pass and
+its update, with its own model size) and the weight sync to the generator from the
+throughput model. Colocated and separate devices run the phases in sequence; one-step
+off-policy overlaps generation of the next batch with training on this one:
+``t_step = max(t_gen, t_logprob + t_train) + t_sync``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from throughputlab.decide.rollout import EngineCaps, LengthDist, RolloutResult, parse_length_dist, \
+    read_lengths_file, simulate_rollout
+from throughputlab.errors import UserError
+from throughputlab.roofline import Costs, ThroughputModel
+
+Overlap = Literal["colocated", "separate", "off-policy"]
+OVERLAPS = ("colocated", "separate", "off-policy")
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ResponseSpec(_Spec):
+    """Response lengths: ``dist`` (``lognormal:mean=..,sigma=..,max=..``) or ``file`` of observed lengths."""
+
+    dist: Optional[str] = None
+    file: Optional[str] = None
+    max_tokens: Optional[int] = None  # cut applied to observed lengths
+
+    def resolve(self) -> LengthDist:
+        if bool(self.dist) == bool(self.file):
+            raise UserError("give the response lengths once: --response-lengths FILE or --response-dist "
+                            "lognormal:mean=..,sigma=..,max=.. (shape.response.file or .dist in the spec)")
+        if self.file:
+            return read_lengths_file(self.file, self.max_tokens)
+        return parse_length_dist(self.dist)
+
+
+class TrainShape(_Spec):
+    epochs: int = 1  # PPO epochs over each batch
+    mini_batches: int = 1  # optimizer steps per epoch (unless mini_batch_samples is set)
+    mini_batch_samples: Optional[int] = None  # fixed mini-batch size in responses
+    micro_batch: Optional[int] = None  # None: the largest that fits, from the profile's memory model
+    logprob_micro_batch: Optional[int] = None  # None: the training micro-batch
+    old_logprob: bool = True  # forward pass for the old policy's log-probs
+    ref_logprob: bool = True  # forward pass of the reference model (KL term)
+
+
+class CriticShape(_Spec):
+    model: str = "same"  # "same" as the policy, or a preset / model folder / hub id
+    micro_batch: Optional[int] = None
+
+
+class SyncShape(_Spec):
+    bytes_per_s: Optional[float] = None  # colocated default: a device copy at the fitted bandwidth
+    latency_s: float = 0.0
+
+
+class EngineShape(_Spec):
+    """Overrides of the engine's limits recorded in the profile."""
+
+    max_num_seqs: Optional[int] = None
+    kv_cache_tokens: Optional[int] = None
+    block_size: Optional[int] = None  # None: the profile's engine, else 16 (vLLM: 16 on GPU, 128 on CPU)
+
+
+class RLShape(_Spec):
+    algo: Literal["grpo", "ppo"] = "grpo"
+    prompt_len: int = 512
+    response: ResponseSpec = ResponseSpec(dist="lognormal:mean=512,sigma=0.6,max=2048")
+    overlap: Overlap = "colocated"
+    train: TrainShape = TrainShape()
+    critic: Optional[CriticShape] = None  # PPO: default the policy's own size
+    sync: SyncShape = SyncShape()
+    engine: EngineShape = EngineShape()
+    seed: int = 0
+
+    @field_validator("prompt_len")
+    @classmethod
+    def _positive(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError("must be a positive integer")
+        return v
+
+
+class StepTime(BaseModel):
+    """The parts of one RL step for one batch; times in seconds."""
+
+    model_config = ConfigDict(extra="forbid")
+    prompts: int
+    group: int
+    responses: int
+    overlap: Overlap
+    gen_s: float
+    logprob_s: float
+    train_s: float
+    critic_s: float
+    sync_s: float
+    step_s: float
+    micro_batch: int
+    optimizer_steps: int
+    seq_len_mean: float
+    rollout: RolloutResult
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.responses / self.step_s
+
+
+def _forward_s(model: ThroughputModel, b: float, seq_len: float) -> float:
+    """A forward pass only: a third of the training micro-step's compute (forward + backward ~ 3x forward)."""
+    t0 = model.train.t0_s
+    return t0 + (model.train_step_s(b, seq_len) - t0) / 3.0
+
+
+def _passes_s(n: int, mb: int, seq_len: float, one) -> float:
+    """``n`` sequences in micro-batches of ``mb`` (the last one partial)."""
+    full, rest = divmod(n, mb)
+    return full * one(mb, seq_len) + (one(rest, seq_len) if rest else 0.0)
+
+
+def full_weight_bytes(costs: Costs) -> float:
+    """All weights (every expert of an MoE), what a weight sync moves."""
+    if not costs.moe_num_experts:
+        return costs.weight_bytes
+    k = costs.moe_top_k or 1
+    return costs.weight_bytes + costs.moe_layers * (costs.moe_num_experts - k) * costs.moe_expert_bytes
+
+
+def micro_batch_for(model: ThroughputModel, requested: Optional[int], what: str = "train.micro_batch") -> int:
+    if requested is not None:
+        if requested < 1:
+            raise UserError(f"{what} must be a positive integer, got {requested}")
+        return requested
+    mb = model.max_micro_batch()
+    if mb is None:
+        raise UserError(f"the profile records no training memory, so the largest micro-batch is unknown: "
+                        f"set {what} in the RL shape file")
+    if mb < 1:
+        raise UserError("not even one sequence fits in device memory for training: set train.micro_batch "
+                        "or measure on a larger device")
+    return mb
+
+
+class StepModel:
+    """Evaluates RL step times for one throughput model and one RL shape (many batch sizes)."""
+
+    def __init__(self, model: ThroughputModel, shape: RLShape, train_model: Optional[ThroughputModel] = None,
+                 critic_costs: Optional[Costs] = None, caps: Optional[EngineCaps] = None):
+        self.model = model
+        self.shape = shape
+        self.train_model = train_model or model
+        self.train_model._need(self.train_model.train, "training")
+        self.dist = shape.response.resolve()
+        e = shape.engine
+        self.caps = caps or EngineCaps(max_num_seqs=e.max_num_seqs or model.max_num_seqs,
+                                       kv_cache_tokens=e.kv_cache_tokens or model.kv_cache_tokens,
+                                       block_size=e.block_size or 16)
+        tr = shape.train
+        for name, v in (("train.epochs", tr.epochs), ("train.mini_batches", tr.mini_batches)):
+            if v < 1:
+                raise UserError(f"{name} must be a positive integer, got {v}")
+        if tr.mini_batch_samples is not None and tr.mini_batch_samples < 1:
+            raise UserError(f"train.mini_batch_samples must be a positive integer, got {tr.mini_batch_samples}")
+        self.micro_batch = micro_batch_for(self.train_model, tr.micro_batch)
+        self.logprob_micro_batch = micro_batch_for(self.train_model, tr.logprob_micro_batch or self.micro_batch,
+                                                   "train.logprob_micro_batch")
+        self.critic_model: Optional[ThroughputModel] = None
+        if shape.algo == "ppo":
+            costs = critic_costs or self.train_model.costs
+            self.critic_model = self.train_model.model_copy(update={"costs": costs})
+            cs = shape.critic or CriticShape()
+            self.critic_micro_batch = micro_batch_for(self.train_model, cs.micro_batch or self.micro_batch,
+                                                      "critic.micro_batch")
+        self.sync_s = self._sync_s()
+
+    def _sync_s(self) -> float:
+        s = self.shape.sync
+        bw = s.bytes_per_s
+        if bw is not None and bw <= 0:
+            raise UserError(f"sync.bytes_per_s must be positive, got {bw}")
+        if bw is None:
+            if self.shape.overlap != "colocated":
+                raise UserError(f"with --overlap {self.shape.overlap} the weights cross devices: set sync.bytes_per_s "
+                                "(the link's bandwidth in bytes/s) in the RL shape file")
+            d = self.model._need(self.model.decode, "decode")
+            bw = d.bw_bytes_per_s / 2.0  # a device-to-device copy reads and writes every byte
+        return s.latency_s + full_weight_bytes(self.model.costs) / bw
+
+    def _update_s(self, model: ThroughputModel, n: int, seq_len: float, mb: int, param_scale: float) -> tuple[float, int]:
+        """Epochs x mini-batches x micro-batches of gradient accumulation, optimizer step per mini-batch."""
+        tr = self.shape.train
+        if tr.mini_batch_samples:
+            sizes = [tr.mini_batch_samples] * (n // tr.mini_batch_samples)
+            if n % tr.mini_batch_samples:
+                sizes.append(n % tr.mini_batch_samples)
+        else:
+            k = min(tr.mini_batches, n)
+            sizes = [n // k + (1 if i < n % k else 0) for i in range(k)]
+        opt = model.train.optimizer_step_s * param_scale
+        one_epoch = sum(_passes_s(m, mb, seq_len, model.train_step_s) + opt for m in sizes)
+        return tr.epochs * one_epoch, tr.epochs * len(sizes)
+
+    def step(self, prompts: int, group: int, lengths: Optional[np.ndarray] = None) -> StepTime:
+        if prompts < 1 or group < 1:
+            raise UserError(f"prompts per step and group size must be positive integers, got {prompts} and {group}")
+        n = prompts * group
+        if lengths is None:
+            lengths = self.dist.sample(n, self.shape.seed)
+        p = self.shape.prompt_len
+        roll = simulate_rollout(self.model, lengths, p, self.caps)
+        seq = p + float(np.mean(lengths))
+        tm = self.train_model
+        tr = self.shape.train
+        passes = int(tr.old_logprob) + int(tr.ref_logprob)
+        fwd = lambda b, s: _forward_s(tm, b, s)  # noqa: E731
+        logprob = passes * _passes_s(n, self.logprob_micro_batch, seq, fwd)
+        train, opt_steps = self._update_s(tm, n, seq, self.micro_batch, 1.0)
+        critic = 0.0
+        if self.critic_model is not None:
+            cm = self.critic_model
+            scale = full_weight_bytes(cm.costs) / full_weight_bytes(tm.costs)
+            critic = _passes_s(n, self.critic_micro_batch, seq, lambda b, s: _forward_s(cm, b, s))
+            critic += self._update_s(cm, n, seq, self.critic_micro_batch, scale)[0]
+        learn = logprob + train + critic
+        if self.shape.overlap == "off-policy":
+            total = max(roll.wall_s, learn) + self.sync_s
+        else:
+            total = roll.wall_s + learn + self.sync_s
+        return StepTime(prompts=prompts, group=group, responses=n, overlap=self.shape.overlap, gen_s=roll.wall_s,
+                        logprob_s=logprob, train_s=train, critic_s=critic, sync_s=self.sync_s, step_s=total,
+                        micro_batch=self.micro_batch, optimizer_steps=opt_steps, seq_len_mean=seq, rollout=roll)
+
+
+def critic_costs_for(shape: RLShape, bytes_per_param: int) -> Optional[Costs]:
+    """The critic's own costs when the shape names a different model (PPO)."""
+    if shape.algo != "ppo" or shape.critic is None or shape.critic.model == "same":
+        return None
+    from throughputlab.models import resolve_model
+
+    spec = resolve_model(shape.critic.model, random_weights=True).spec
+    return Costs.from_spec(spec, bytes_per_param)
+
+
+def overlap_note(overlap: str) -> str:
+    return {
+        "colocated": "colocated: generation, log-probs, training and weight sync run in sequence on the same devices",
+        "separate": "separate devices: phases still in sequence (on-policy), weights synced across the link",
+        "off-policy": "one-step off-policy: the next batch generates while this one trains, "
+                      "t_step = max(t_gen, t_logprob + t_train) + t_sync",
+    }[overlap]
