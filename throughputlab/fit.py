@@ -107,8 +107,10 @@ class GenerationFit(_Strict):
     form_loo_mean_abs_error: dict[str, Optional[float]] = {}  # per candidate form, on tokens/s
     params: list[ParamEstimate]
     context_len: float  # the context at which the knee is stated
-    knee_concurrency: Optional[float] = None
+    knee_concurrency: Optional[float] = None  # decode step alone (DESIGN.md formula)
     knee_note: str
+    generation_knee_concurrency: Optional[float] = None  # whole requests, prefill compute included
+    generation_knee_note: Optional[str] = None
     n_points: int
     rms_rel_residual: float
     points: list[PointError]
@@ -222,7 +224,11 @@ def fit_profile(profile: Profile, *, bootstrap: int = 0, seed: int = 0) -> FitRe
         max_num_seqs=engine.max_num_seqs if engine else None, gen_overhead_s=overhead,
     )
     if gen is not None:
-        gen.knee_concurrency, gen.knee_note = knee_statement(model, gen.context_len, max(p.concurrency for p in gen_pts))
+        c_top = max(p.concurrency for p in gen_pts)
+        gen.knee_concurrency, gen.knee_note = knee_statement(model, gen.context_len, c_top)
+        ref = max(gen_pts, key=lambda p: p.concurrency)
+        gen.generation_knee_concurrency, gen.generation_knee_note = generation_knee_statement(
+            model, ref.prompt_len, ref.output_len, c_top)
     return FitResult(
         method="fit", created_at=now_iso(), model=model, peaks=peaks, generation=gen, prefill=pre, training=tr,
         utilisation=utilisation(profile, costs, peaks), warnings=warnings, bootstrap_samples=bootstrap,
@@ -238,6 +244,47 @@ def knee_statement(model: ThroughputModel, s: float, c_measured_max: Optional[fl
     note = f"knee at concurrency {c:.3g} (context {s:.0f}): memory-bound below, compute-bound above"
     if c_measured_max is not None and c > c_measured_max:
         note += f"; beyond the largest measured concurrency ({c_measured_max:g}), so extrapolated"
+    return c, note
+
+
+def generation_knee(model: ThroughputModel, prompt_len: float, output_len: int) -> Optional[float]:
+    """Where a whole batch of requests turns compute-bound: the memory time of its prefill and
+    decode steps equals their compute time, prefill FLOPs included (they share the device with
+    decode, so a long prompt moves the bend of the tokens/s curve below the decode knee)."""
+    d = model.decode
+    pre = model.prefill
+    k = model.costs
+    s = prompt_len + output_len / 2
+    steps = max(output_len - 1, 0)
+    phi_pre = pre.phi_flops_per_s if pre else d.phi_flops_per_s
+
+    def gap(c: float) -> float:
+        mem = (steps * (k.weight_bytes_for(c) + c * s * k.kv_bytes_per_token) + k.weight_bytes_for(c * prompt_len)) \
+            / d.bw_bytes_per_s
+        comp = c * steps * (k.flops_per_token + s * k.attn_flops_per_ctx_token) / d.phi_flops_per_s \
+            + c * prompt_len * (k.flops_per_token + prompt_len * k.attn_flops_per_ctx_token / 2) / phi_pre
+        return comp - mem
+
+    lo, hi = 1e-3, 1e8
+    if gap(hi) <= 0:
+        return None
+    if gap(lo) >= 0:
+        return lo
+    for _ in range(200):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (lo, mid) if gap(mid) > 0 else (mid, hi)
+    return math.sqrt(lo * hi)
+
+
+def generation_knee_statement(model: ThroughputModel, prompt_len: float, output_len: int,
+                              c_measured_max: Optional[float] = None) -> tuple[Optional[float], str]:
+    c = generation_knee(model, prompt_len, output_len)
+    if c is None:
+        return None, f"whole requests (prompt {prompt_len:g}, output {output_len}) stay memory-bound at every concurrency"
+    note = (f"end-to-end knee at concurrency {c:.3g} for prompt {prompt_len:g} + output {output_len} "
+            "(prefill compute included)")
+    if c_measured_max is not None and c > c_measured_max:
+        note += "; beyond the measured range"
     return c, note
 
 
@@ -343,25 +390,27 @@ def _solve(resid: Callable[[np.ndarray], np.ndarray], starts: Sequence[np.ndarra
 
 
 def _jacobian_ci(sol: _LSQ) -> list[tuple[Optional[float], Optional[float], bool]]:
-    """95% intervals of exp(x) from the Jacobian: cov = s^2 (J'J)^-1 in log space, Student t quantile."""
+    """95% intervals of exp(x) from the Jacobian: cov = s^2 (J'J)^-1 in log space, Student t quantile.
+
+    Directions the data do not constrain (near-zero singular values of J) make every parameter
+    that loads on them "not identified", instead of the zero variance a pseudo-inverse would give."""
     n, k = sol.jac.shape
     dof = n - k
-    out: list[tuple[Optional[float], Optional[float], bool]] = []
-    col_norm = np.linalg.norm(sol.jac, axis=0)
-    if dof <= 0:
-        return [(None, None, bool(col_norm[i] > 1e-6 and not sol.at_bound[i])) for i in range(k)]
+    if dof <= 0 or not np.all(np.isfinite(sol.jac)):
+        return [(None, None, False) for _ in range(k)]
+    _, sv, vt = np.linalg.svd(sol.jac, full_matrices=False)
+    keep = sv > 1e-8 * max(sv.max(), 1e-300)
+    loose = np.zeros(k, bool)
+    for j in np.flatnonzero(~keep):
+        loose |= np.abs(vt[j]) > 0.05
     s2 = float(np.sum(sol.residuals ** 2)) / dof
-    jtj = sol.jac.T @ sol.jac
-    cov = np.linalg.pinv(jtj) * s2
+    cov = (vt[keep].T / sv[keep] ** 2) @ vt[keep] * s2
     q = float(student_t.ppf(0.5 + CI_LEVEL / 2, dof))
+    out: list[tuple[Optional[float], Optional[float], bool]] = []
     for i in range(k):
-        identified = bool(col_norm[i] > 1e-6 * max(col_norm.max(), 1e-30)) and not sol.at_bound[i]
         var = cov[i, i]
-        if not identified or not np.isfinite(var) or var < 0:
-            out.append((None, None, False))
-            continue
-        half = q * math.sqrt(var)
-        if half > 20:  # an interval spanning e^20: not a bound worth printing
+        half = q * math.sqrt(var) if var >= 0 else math.inf
+        if loose[i] or sol.at_bound[i] or not math.isfinite(half) or half > 20:  # e^20: not a bound worth printing
             out.append((None, None, False))
             continue
         out.append((math.exp(sol.x[i] - half), math.exp(sol.x[i] + half), True))
@@ -602,7 +651,7 @@ def _fit_generation(points: list[GenPoint], costs: Costs, peaks: Peaks, warnings
     t0, bw, phi, p = dec
     mem_any = any(_mem_bound(costs, o, dec) for o in obs)
     comp_any = any(not _mem_bound(costs, o, dec) for o in obs)
-    if not comp_any:
+    if not comp_any and target == "decode_step_s":  # end to end, PHI is also seen through the prefill
         notes["phi_flops_per_s"] = "every point is memory-bound: PHI is only bounded from below"
     if not mem_any:
         notes["bw_bytes_per_s"] = "every point is compute-bound: BW is only bounded from below"
@@ -661,7 +710,7 @@ def _gen_loo(spec: _GenSpec, obs: list[GenObs], phi_hi, x_full) -> list[Optional
     out: list[Optional[float]] = []
     for i, o in enumerate(obs):
         rest = obs[:i] + obs[i + 1:]
-        starts = [x_full] + _decode_starts(spec, rest)
+        starts = [x_full] + _decode_starts(spec, rest)[::4]  # the full fit is a near-optimal start
         _, dec, _, pre, overhead = _gen_fit_all(spec, rest, phi_hi, starts=starts)
         out.append(_predict_gen_tps(spec.costs, dec, pre, overhead, o) / o.tokens_per_s - 1)
     return out
@@ -846,6 +895,8 @@ def summary_lines(result: FitResult) -> list[str]:
                      f"{_ratio(bw, pk.datasheet_bytes_per_s)}; PHI vs microbench {_ratio(phi, pk.microbench_flops_per_s)}, "
                      f"vs datasheet {_ratio(phi, pk.datasheet_flops_per_s)}")
         lines.append(f"  {g.knee_note}")
+        if g.generation_knee_note:
+            lines.append(f"  {g.generation_knee_note}")
         if g.loo_max_abs_error is not None:
             errs = ", ".join(f"{p.x}:{100 * p.loo_rel_error:+.1f}%" for p in g.points if p.loo_rel_error is not None)
             lines.append(f"  held-out tokens/s error by concurrency: {errs} (max {100 * g.loo_max_abs_error:.1f}%)")

@@ -19,7 +19,9 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
 from throughputlab.errors import UserError
-from throughputlab.fit import FitResult, Peaks, fit_profile, knee_statement, load_fit
+from throughputlab.fit import (
+    FitResult, GenerationFit, ParamEstimate, Peaks, fit_profile, generation_knee_statement, knee_statement, load_fit,
+)
 from throughputlab.hardware.peaks import device_names, lookup, peak_flops
 from throughputlab.models.spec import ModelSpec, dtype_bytes
 from throughputlab.profile import (
@@ -247,7 +249,7 @@ def predict_analytic(spec: ModelSpec, gpu: str, *, dtype: str = "bfloat16", cali
     ]
     s = prompt_len + output_len / 2
     knee, knee_note = knee_statement(model, s)
-    from throughputlab.fit import GenerationFit, ParamEstimate
+    e2e, e2e_note = generation_knee_statement(model, prompt_len, output_len)
 
     gen_fit = GenerationFit(
         target="decode_step_s", form="max", params=[
@@ -256,7 +258,8 @@ def predict_analytic(spec: ModelSpec, gpu: str, *, dtype: str = "bfloat16", cali
                           note=f"{eff.decode_bw:.0%} of the datasheet"),
             ParamEstimate(name="phi_flops_per_s", value=model.decode.phi_flops_per_s, unit="FLOP/s",
                           note=f"{eff.decode_phi:.0%} of the datasheet"),
-        ], context_len=s, knee_concurrency=knee, knee_note=knee_note, n_points=0, rms_rel_residual=0.0, points=[])
+        ], context_len=s, knee_concurrency=knee, knee_note=knee_note, generation_knee_concurrency=e2e,
+        generation_knee_note=e2e_note, n_points=0, rms_rel_residual=0.0, points=[])
     fit = FitResult(method="analytic" if calibrate is None else "calibrated", created_at=now_iso(), model=model,
                     peaks=peaks, generation=gen_fit, assumptions=assumptions)
     gen, train = _predicted_points(model, concurrency, prompt_len, output_len, micro_batches, seq_len)

@@ -105,9 +105,11 @@ def predict(profile_path, model, gpu, dtype, calibrate, concurrency, prompt_len,
         click.echo(f"  {a}")
     if m.decode is not None:
         click.echo(f"generation, prompt {st.prompt_len}, output {st.output_len}:")
-        click.echo(generation_table(m, cs, st.prompt_len, st.output_len).to_string(index=False, float_format="{:,.4g}".format))
+        click.echo(generation_table(m, cs, st.prompt_len, st.output_len).to_string(index=False, float_format=_num))
         if fit.generation is not None:
             click.echo(fit.generation.knee_note)
+            if fit.generation.generation_knee_note:
+                click.echo(fit.generation.generation_knee_note)
         click.echo(f"knee as the context goes to 0: {short_context_knee(m):.4g}")
         if fit.peaks.datasheet_bytes_per_s:
             click.echo(f"single-sequence bound, datasheet bandwidth / weight bytes: "
@@ -117,7 +119,7 @@ def predict(profile_path, model, gpu, dtype, calibrate, concurrency, prompt_len,
                        f"({m.kv_cache_tokens / (st.prompt_len + st.output_len):,.0f} sequences of this length)")
     if m.train is not None:
         click.echo(f"training, sequence length {st.seq_len}:")
-        click.echo(training_table(m, bs, st.seq_len).to_string(index=False, float_format="{:,.4g}".format))
+        click.echo(training_table(m, bs, st.seq_len).to_string(index=False, float_format=_num))
         mb = m.max_micro_batch()
         click.echo(f"largest micro-batch that fits: {mb if mb is not None else 'unknown (no memory line)'}")
     if output is not None:
@@ -143,3 +145,7 @@ def report(profiles: tuple[Path, ...], output: Path, title: Optional[str]) -> No
     except OSError as e:
         raise UserError(f"cannot write report {output}: {e.strerror or e}; choose another --output") from None
     click.echo(f"report written to {output} ({len(html) / 1e6:.1f} MB)")
+
+
+def _num(v: float) -> str:
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.4g}"

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from throughputlab.errors import UserError
-from throughputlab.fit import FitResult, fit_profile, load_fit
+from throughputlab.fit import FitResult, fit_profile, generation_knee, load_fit
 from throughputlab.profile import Profile
 from throughputlab.report.page import Section, esc, render_html
 
@@ -121,7 +121,11 @@ def generation_figure(items: list[tuple[Profile, Optional[FitResult], str]]):
                                  line=dict(color=color, dash="dot", width=1)))
         _hline(fig, ceiling, cs[0], cs[-1], f"{label}: compute ceiling PHI/(F+s*a)", color, dash="dash")
         if knee is not None:
-            _vline(fig, knee, min(meds) / 2, ceiling * 1.2, f"{label}: knee c*={knee:.3g}", color, dash="dashdot")
+            _vline(fig, knee, min(meds) / 2, ceiling * 1.2, f"{label}: decode knee c*={knee:.3g}", color, dash="dashdot")
+        e2e = generation_knee(m, prompt_len, output_len)
+        if e2e is not None and e2e < hi:
+            _vline(fig, e2e, min(meds) / 2, ceiling * 1.2, f"{label}: end-to-end knee (prefill included) {e2e:.3g}",
+                   color, dash="longdashdot")
     return _layout(fig, "Generation tokens/s against concurrency", "concurrency (sequences)", "output tokens/s")
 
 
@@ -299,6 +303,8 @@ def fit_tables(p: Profile, fit: FitResult) -> tuple[list[str], list[tuple[str, p
     if g is not None:
         add("decode", g.params)
         notes.append(f"{label}: {g.knee_note}")
+        if g.generation_knee_note:
+            notes.append(f"{label}: {g.generation_knee_note}")
         if g.n_points:
             forms = ", ".join(f"{k} {_pct(v) or 'n/a'}" for k, v in g.form_loo_mean_abs_error.items())
             notes.append(f"{label}: decode form '{g.form}' (fitted to {g.target}); mean held-out error by form: {forms}; "
@@ -381,6 +387,8 @@ def build_sections(profiles: Sequence[Profile]) -> list[Section]:
         parts = [profile_label(p)]
         if fit and fit.generation:
             parts.append(fit.generation.knee_note)
+            if fit.generation.generation_knee_note:
+                parts.append(fit.generation.generation_knee_note)
         gp = [g for g in p.generation if g.status == "ok"]
         if gp:
             kv_c = _kv_concurrency(p, fit.model if fit else None, gp[0].prompt_len + gp[0].output_len)
@@ -396,7 +404,8 @@ def build_sections(profiles: Sequence[Profile]) -> list[Section]:
         sections.append(Section("Generation", anchor="generation",
                                 notes=["Markers: measured medians, bars from the fastest to the slowest repeat. "
                                        "Solid: the fitted model (end to end, prefill included). Dotted and dashed: the "
-                                       "decode roofline asymptotes (memory slope, compute ceiling); dash-dot: the knee."],
+                                       "decode roofline asymptotes (memory slope, compute ceiling); dash-dot: the decode knee; long dash-dot: "
+                                       "the end-to-end knee, where prefill compute is counted too."],
                                 figures=[generation_figure(items), step_figure(items)]))
     if any(p.training for p in profiles):
         sections.append(Section("Training", anchor="training", figures=[training_figure(items)]))
