@@ -312,10 +312,11 @@ def _schedule_kv(lengths: np.ndarray, prompt_len: int, caps: EngineCaps) -> _Ste
     run_ctx = np.zeros(0, dtype=np.int64)  # KV tokens held
     run_left = np.zeros(0, dtype=np.int64)  # tokens still to generate
     lengths = lengths.astype(np.int64)
-    chunks: list[tuple[np.ndarray, ...]] = []
+    # one record per single step or run of steps: (decoding, context at its first step, steps,
+    # context growth per step, prefilled requests, prefill tokens, squared, recomputed tokens)
+    records: list[tuple] = []
     preemptions = 0
     kv_limited = False
-    step = 0
     guard = 0
     while waiting or len(run_id):
         guard += 1
@@ -323,47 +324,46 @@ def _schedule_kv(lengths: np.ndarray, prompt_len: int, caps: EngineCaps) -> _Ste
             raise RuntimeError("rollout simulation made no progress")
         # 1. decodes need one more token each; preempt from the end until they fit
         preempted = False
-        while len(run_id) and _blocks(run_ctx + 1, bs).sum() > total_blocks:
-            i, ctx, left = run_id[-1], run_ctx[-1], run_left[-1]
+        need = _blocks(run_ctx + 1, bs)
+        used = int(need.sum())
+        while len(run_id) and used > total_blocks:
+            i, left = run_id[-1], run_left[-1]
             waiting.appendleft((int(i), int(lengths[i] - left)))
-            run_id, run_ctx, run_left = run_id[:-1], run_ctx[:-1], run_left[:-1]
+            used -= int(need[-1])
+            run_id, run_ctx, run_left, need = run_id[:-1], run_ctx[:-1], run_left[:-1], need[:-1]
             preemptions += 1
             preempted = kv_limited = True
         n_dec = len(run_id)
-        ctx_sum = float((run_ctx + 1).sum())
-        used = int(_blocks(run_ctx + 1, bs).sum())
+        ctx_sum = float(run_ctx.sum()) + n_dec
         # 2. admissions (prefill), not in a step that preempted
         new_ids, new_q = [], []
         if not preempted:
             while waiting and n_dec + len(new_ids) < max_seqs:
                 i, g = waiting[0]
                 q = prompt_len + g
-                need = int(_blocks(q, bs))
-                if used + need > total_blocks:
+                blocks = -(-q // bs)
+                if used + blocks > total_blocks:
                     kv_limited = True
                     break
                 waiting.popleft()
-                used += need
+                used += blocks
                 new_ids.append(i)
                 new_q.append(q)
         if n_dec == 0 and not new_ids:
             raise UserError(f"one request needs {prompt_len + int(lengths.max())} KV-cache tokens but the cache holds "
                             f"{caps.kv_cache_tokens}: raise kv_cache_tokens or lower max_tokens")
-        q = np.asarray(new_q, dtype=np.int64)
-        resumed = float(sum(qq for qq, i in zip(new_q, new_ids) if qq > prompt_len))
-        chunks.append((np.array([n_dec], float), np.array([ctx_sum]), np.array([len(new_ids)], float),
-                       np.array([float(q.sum())]), np.array([float((q.astype(float) ** 2).sum())]),
-                       np.array([resumed])))
-        step += 1
+        q1 = float(sum(new_q))
+        records.append((n_dec, ctx_sum, 1, 0.0, len(new_ids), q1, float(sum(x * x for x in new_q)),
+                        float(sum(x for x in new_q if x > prompt_len))))
         # 3. advance one step, then append the admitted requests
         run_ctx = run_ctx + 1
         run_left = run_left - 1
         if new_ids:
             ids = np.asarray(new_ids, dtype=np.int64)
-            gen = q - prompt_len
+            q = np.asarray(new_q, dtype=np.int64)
             run_id = np.concatenate([run_id, ids])
             run_ctx = np.concatenate([run_ctx, q])
-            run_left = np.concatenate([run_left, lengths[ids] - gen - 1])
+            run_left = np.concatenate([run_left, lengths[ids] - (q - prompt_len) - 1])
         keep = run_left > 0
         if not keep.all():
             run_id, run_ctx, run_left = run_id[keep], run_ctx[keep], run_left[keep]
@@ -374,21 +374,21 @@ def _schedule_kv(lengths: np.ndarray, prompt_len: int, caps: EngineCaps) -> _Ste
         if waiting and len(run_id) < max_seqs and not _admission_blocked(run_ctx, waiting[0][1], prompt_len,
                                                                          bs, total_blocks):
             continue
-        k_finish = int(run_left.min())
-        k = _steps_that_fit(run_ctx, k_finish, bs, total_blocks)
+        k = _steps_that_fit(run_ctx, int(run_left.min()), bs, total_blocks)
         if k <= 0:
             continue
         d = len(run_id)
-        t = np.arange(k, dtype=float)
-        base = float(run_ctx.sum())
-        chunks.append((np.full(k, float(d)), base + d * (t + 1), np.zeros(k), np.zeros(k), np.zeros(k), np.zeros(k)))
-        step += k
+        records.append((d, float(run_ctx.sum()) + d, k, float(d), 0, 0.0, 0.0, 0.0))
         run_ctx = run_ctx + k
         run_left = run_left - k
         keep = run_left > 0
         run_id, run_ctx, run_left = run_id[keep], run_ctx[keep], run_left[keep]
-    cols = [np.concatenate([c[i] for c in chunks]) for i in range(6)]
-    return _Steps(dec=cols[0], ctx=cols[1], new=cols[2], q1=cols[3], q2=cols[4], rq1=cols[5],
+    rec = np.asarray(records, dtype=float)
+    ks = rec[:, 2].astype(np.int64)
+    first = np.cumsum(ks) - ks
+    within = np.arange(int(ks.sum())) - np.repeat(first, ks)
+    col = lambda i: np.repeat(rec[:, i], ks)  # noqa: E731
+    return _Steps(dec=col(0), ctx=col(1) + col(3) * within, new=col(4), q1=col(5), q2=col(6), rq1=col(7),
                   preemptions=preemptions, kv_limited=kv_limited)
 
 
