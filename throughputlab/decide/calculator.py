@@ -219,6 +219,11 @@ def decide(spec: DecideSpec, model: ThroughputModel, train_model: Optional[Throu
         raise UserError("no candidate batch sizes: give --prompts 128,256,512")
     if any(p < 1 for p in prompts):
         raise UserError(f"--prompts values must be positive integers, got {', '.join(map(str, prompts))}")
+    if curves is not None and not any(curves.for_batch(p * unit_mult) for p in prompts):
+        have = ", ".join(f"{c.batch:g}" for c in curves.configs)
+        other = "prompts" if spec.sample_unit == "responses" else "responses"
+        raise UserError(f"no candidate batch size has a learning curve: the curves hold batch sizes {have} "
+                        f"({spec.sample_unit}); if their batch column counts {other}, set sample_unit: {other}")
     baseline = spec.baseline or prompts[0]
     if baseline not in prompts:
         prompts = sorted({*prompts, baseline})
