@@ -503,12 +503,13 @@ def _kv_overflows(st: _Steps, starts: np.ndarray, ends: np.ndarray, prompt_len: 
     # exact check of the block count, per step, only where the bound is exceeded
     bs = caps.block_size
     total_blocks = caps.kv_cache_tokens // bs
-    for j in np.flatnonzero(bound > caps.kv_cache_tokens)[:4096]:
+    over = np.flatnonzero(bound > caps.kv_cache_tokens)
+    for j in over[:64]:  # beyond a few steps, the exact event loop is cheaper than checking them all
         live = (starts <= j) & (ends > j)
         held = prompt_len + (j - starts[live])  # includes the token processed in this step
         if int(_blocks(held, bs).sum()) > total_blocks:
             return True
-    return bool(np.sum(bound > caps.kv_cache_tokens) > 4096)
+    return len(over) > 64
 
 
 @lru_cache(maxsize=4096)
