@@ -484,8 +484,16 @@ def _bounds(peak_bw: Optional[float], peak_phi: Optional[float], t_scale: float)
     return lo, hi
 
 
+MICROBENCH_HEADROOM = 10.0  # caches and read-only traffic can beat a copy benchmark, but not tenfold
+
+
 def _gen_ceilings(peaks: Peaks) -> tuple[Optional[float], Optional[float]]:
-    return peaks.datasheet_bytes_per_s, peaks.datasheet_flops_per_s
+    """Upper ends of the search: the datasheet peak (cannot be exceeded), else 10x the micro-benchmark."""
+    bw = peaks.datasheet_bytes_per_s or (MICROBENCH_HEADROOM * peaks.microbench_bytes_per_s
+                                         if peaks.microbench_bytes_per_s else None)
+    phi = peaks.datasheet_flops_per_s or (MICROBENCH_HEADROOM * peaks.microbench_flops_per_s
+                                          if peaks.microbench_flops_per_s else None)
+    return bw, phi
 
 
 @dataclass
@@ -770,7 +778,7 @@ def _fit_training(profile: Profile, points: list[TrainPoint], costs: Costs, peak
     opt = [s.optimizer_s for p in points for s in p.samples if s.optimizer_s is not None]
     opt_s = statistics.median(opt) if opt else 0.0
     note = None if opt else "no separate optimizer timing: the fixed cost t0 includes the optimizer step"
-    phi_hi = peaks.datasheet_flops_per_s
+    phi_hi = _gen_ceilings(peaks)[1]
     sol = _fit_train_line(costs, obs, opt_s, phi_hi)
     t0, phi = (float(v) for v in np.exp(sol.x))
 
