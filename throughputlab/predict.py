@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict
 from throughputlab.errors import UserError
 from throughputlab.fit import (
     FitResult, GenerationFit, ParamEstimate, Peaks, fit_profile, generation_knee_statement, knee_statement, load_fit,
+    utilisation,
 )
 from throughputlab.hardware.peaks import device_names, lookup, peak_flops
 from throughputlab.models.spec import ModelSpec, dtype_bytes
@@ -227,9 +228,11 @@ def predict_from_profile(profile: Profile, *, concurrency: Sequence[int] = (), p
     settings = st.model_copy(update={"prompt_len": prompt_len, "output_len": output_len, "seq_len": seq_len})
     notes = [f"predicted by the {fit.method} model of a profile measured on {profile.hardware.device_name}",
              *profile.notes]
-    return Profile(kind="predicted", model=profile.model, hardware=profile.hardware, environment=_environment(),
-                   settings=settings, engine=profile.engine, generation=gen, training=train,
-                   fit=fit.model_dump(mode="json"), notes=notes)
+    out = Profile(kind="predicted", model=profile.model, hardware=profile.hardware, environment=_environment(),
+                  settings=settings, engine=profile.engine, generation=gen, training=train, notes=notes)
+    # the stored fit keeps its parameters and held-out errors; utilisation is of the predicted points
+    out.fit = fit.model_copy(update={"utilisation": utilisation(out, fit.model.costs, fit.peaks)}).model_dump(mode="json")
+    return out
 
 
 def predict_analytic(spec: ModelSpec, gpu: str, *, dtype: str = "bfloat16", calibrate: Optional[Profile] = None,
@@ -265,9 +268,11 @@ def predict_analytic(spec: ModelSpec, gpu: str, *, dtype: str = "bfloat16", cali
     gen, train = _predicted_points(model, concurrency, prompt_len, output_len, micro_batches, seq_len)
     settings = SweepSettings(dtype=dtype, device="cuda", gen_backend="predicted", train_backend="predicted",
                              prompt_len=prompt_len, output_len=output_len, seq_len=seq_len)
-    return Profile(kind="predicted", model=spec, hardware=hw, environment=_environment(), settings=settings,
-                   generation=gen, training=train, fit=fit.model_dump(mode="json"),
-                   notes=[f"analytic prediction for {hw.device_name}", *assumptions])
+    out = Profile(kind="predicted", model=spec, hardware=hw, environment=_environment(), settings=settings,
+                  generation=gen, training=train, notes=[f"analytic prediction for {hw.device_name}", *assumptions])
+    fit.utilisation = utilisation(out, model.costs, peaks)
+    out.fit = fit.model_dump(mode="json")
+    return out
 
 
 # ---------------------------------------------------------------- tables for the CLI and the report

@@ -228,6 +228,13 @@ def training_figure(items: list[tuple[Profile, Optional[FitResult], str]]):
 # ---------------------------------------------------------------- tables
 
 
+def _n(x: Optional[float]) -> Optional[str]:
+    """Readable number: thousands separated, three significant figures below 100."""
+    if x is None:
+        return None
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
 def _pct(x: Optional[float]) -> Optional[str]:
     return None if x is None else f"{100 * x:.1f}%"
 
@@ -247,35 +254,36 @@ def _telemetry(point) -> str:
 def points_tables(p: Profile, fit: Optional[FitResult]) -> list[tuple[str, pd.DataFrame]]:
     label = profile_label(p)
     util = {(u.phase, u.x): u for u in (fit.utilisation if fit else [])}
-    loo = {pt.x: pt for pt in (fit.generation.points if fit and fit.generation else [])}
+    own = fit is not None and p.kind == "measured"  # a prediction's stored errors belong to the measured profile
+    loo = {pt.x: pt for pt in (fit.generation.points if own and fit.generation else [])}
     rows = []
     for g in sorted(p.generation, key=lambda g: g.concurrency):
         u = util.get(("decode", g.concurrency))
         e = loo.get(g.concurrency)
         rows.append({
-            "concurrency": g.concurrency, "status": g.status, "tokens/s": g.tokens_per_s,
-            "decode step (ms)": None if g.decode_step_s is None else g.decode_step_s * 1e3,
-            "prefill (ms)": None if g.prefill_s is None else g.prefill_s * 1e3,
+            "concurrency": g.concurrency, "status": g.status, "tokens/s": _n(g.tokens_per_s),
+            "decode step (ms)": _n(None if g.decode_step_s is None else g.decode_step_s * 1e3),
+            "prefill (ms)": _n(None if g.prefill_s is None else g.prefill_s * 1e3),
             "MBU datasheet": _pct(u.mbu_datasheet) if u else None, "MFU datasheet": _pct(u.mfu_datasheet) if u else None,
             "MBU microbench": _pct(u.mbu_microbench) if u else None, "MFU microbench": _pct(u.mfu_microbench) if u else None,
-            "fitted tokens/s": e.fitted_tokens_per_s if e else None, "held-out error": _pct(e.loo_rel_error) if e else None,
-            "cv": _pct(g.cv), "telemetry": _telemetry(g), "error": g.error or "",
+            "fitted tokens/s": _n(e.fitted_tokens_per_s) if e else None,
+            "held-out error": _pct(e.loo_rel_error) if e else None, "cv": _pct(g.cv), "telemetry": _telemetry(g), "error": g.error or "",
         })
     out = []
     if rows:
         out.append((f"{label}: generation points (decode utilisation)", pd.DataFrame(rows)))
-    tloo = {pt.x: pt for pt in (fit.training.points if fit and fit.training else [])}
+    tloo = {pt.x: pt for pt in (fit.training.points if own and fit.training else [])}
     rows = []
     for t in sorted(p.training, key=lambda t: t.micro_batch):
         u = util.get(("train", t.micro_batch))
         e = tloo.get(t.micro_batch)
         rows.append({
-            "micro-batch": t.micro_batch, "seq len": t.seq_len, "status": t.status, "tokens/s": t.tokens_per_s,
-            "step (ms)": None if t.step_s is None else t.step_s * 1e3,
+            "micro-batch": t.micro_batch, "seq len": t.seq_len, "status": t.status, "tokens/s": _n(t.tokens_per_s),
+            "step (ms)": _n(None if t.step_s is None else t.step_s * 1e3),
             "peak mem (GiB)": None if t.peak_mem_bytes is None else t.peak_mem_bytes / GiB,
             "MFU datasheet": _pct(u.mfu_datasheet) if u else None, "MFU microbench": _pct(u.mfu_microbench) if u else None,
-            "fitted tokens/s": e.fitted_tokens_per_s if e else None, "held-out error": _pct(e.loo_rel_error) if e else None,
-            "cv": _pct(t.cv), "telemetry": _telemetry(t), "error": t.error or "",
+            "fitted tokens/s": _n(e.fitted_tokens_per_s) if e else None,
+            "held-out error": _pct(e.loo_rel_error) if e else None, "cv": _pct(t.cv), "telemetry": _telemetry(t), "error": t.error or "",
         })
     if rows:
         out.append((f"{label}: training points", pd.DataFrame(rows)))
