@@ -461,12 +461,19 @@ class GenObs:
         return self.p + self.o / 2
 
 
+def _mean_step_s(p: GenPoint) -> Optional[float]:
+    """Median over repeats of each repeat's mean decode step: what its tokens/s is made of (a
+    stalled step counts as in the wall time), yet one bad repeat does not move it."""
+    per = [s.decode_s / max(p.output_len - 1, 1) for s in p.samples if s.decode_s]
+    return statistics.median(per) if per else p.decode_step_s
+
+
 def gen_obs(p: GenPoint) -> GenObs:
     tps = p.tokens_per_s
     split = [s.total_s - s.prefill_s - s.decode_s for s in p.samples
              if s.prefill_s is not None and s.decode_s is not None]
     return GenObs(c=p.concurrency, p=p.prompt_len, o=p.output_len, tokens_per_s=tps,
-                  total_s=p.concurrency * p.output_len / tps, decode_step_s=p.decode_step_s,
+                  total_s=p.concurrency * p.output_len / tps, decode_step_s=_mean_step_s(p),
                   prefill_s=p.prefill_s, overhead_s=statistics.median(split) if split else None, point=p)
 
 
