@@ -77,11 +77,17 @@ def _roots(pids: list[int]) -> list[int]:
     return roots
 
 
-def summarise_speedscope(data: dict, top_n: int = TOP_N) -> tuple[int, list[tuple[str, float]]]:
-    """(samples, [(function, share of samples)]) by innermost frame, over every profile in the file."""
+def summarise_speedscope(data: dict, top_n: int = TOP_N) -> tuple[int, list[tuple[str, float]], list[tuple[str, float]]]:
+    """(samples, top functions, processes), each with its share of the samples, over every profile.
+
+    A function's share counts the samples whose innermost Python frame it is (self time);
+    a process's share counts the samples taken in it. py-spy --subprocesses puts a
+    ``process PID:"cmdline"`` frame for each process from the root down to the sampled one.
+    """
     frames = data.get("shared", {}).get("frames", [])
     names = [_frame_name(f) for f in frames]
-    self_w: Counter = Counter()
+    by_function: Counter = Counter()
+    by_process: Counter = Counter()
     total = 0.0
     n = 0
     for prof in data.get("profiles", []):
@@ -89,14 +95,43 @@ def summarise_speedscope(data: dict, top_n: int = TOP_N) -> tuple[int, list[tupl
             continue
         samples = prof.get("samples", [])
         weights = prof.get("weights") or [1] * len(samples)
+        default_process = _process_from_profile_name(prof.get("name", ""))
         for stack, w in zip(samples, weights):
             n += 1
             total += w
-            if stack:
-                self_w[names[stack[-1]]] += w
+            if not stack:
+                continue
+            # nested: a worker's stack starts with its parent's process frames, then its own
+            owner = default_process
+            for i in stack:
+                label = _process_label(frames[i])
+                if label is None:
+                    break
+                owner = label
+            by_process[owner] += w
+            by_function["(no Python frame)" if _process_label(frames[stack[-1]]) else names[stack[-1]]] += w
     if total <= 0:
-        return n, []
-    return n, [(name, round(w / total, 4)) for name, w in self_w.most_common(top_n)]
+        return n, [], []
+    share = lambda c, k: [(name, round(w / total, 4)) for name, w in c.most_common(k)]  # noqa: E731
+    return n, share(by_function, top_n), share(by_process, top_n)
+
+
+def _process_label(frame: dict) -> Optional[str]:
+    """'process 123:"VLLM::EngineCore"' -> '123 VLLM::EngineCore' (None for an ordinary frame)."""
+    name = frame.get("name", "")
+    if frame.get("file") or not name.startswith("process "):
+        return None
+    pid, _, cmd = name[len("process "):].partition(":")
+    cmd = cmd.strip('"')
+    words = cmd.split()
+    if len(words) > 1 and "python" in os.path.basename(words[0]):
+        cmd = " ".join([os.path.basename(words[1]), *words[2:]])  # python /path/to/throughputlab bench ...
+    return f"{pid} {cmd[:80]}".strip()
+
+
+def _process_from_profile_name(name: str) -> str:
+    m = re.match(r"Process (\d+)", name)
+    return m.group(1) if m else "?"
 
 
 def _frame_name(frame: dict) -> str:
@@ -214,7 +249,7 @@ class PySpyRecorder:
                 target = self.out_dir / f"{self._label}.speedscope.json"
                 target.write_text(json.dumps(data))
                 result.flamegraph = _relative(target, self.out_dir.parent)
-                result.n_samples, result.top_functions = summarise_speedscope(data)
+                result.n_samples, result.top_functions, result.process_shares = summarise_speedscope(data)
         except (OSError, ValueError) as e:
             errors.append(f"cannot read the py-spy output: {e}")
         finally:
@@ -244,6 +279,8 @@ def format_summary(hp: HostProfile, top_n: int = 5) -> str:
     lines = [f"py-spy: {hp.n_samples} samples from pids {', '.join(map(str, hp.pids))} -> {hp.flamegraph}"]
     for name, share in hp.top_functions[:top_n]:
         lines.append(f"  {100 * share:5.1f}%  {name}")
+    if hp.process_shares:
+        lines.append("  by process: " + ", ".join(f"{name} {100 * share:.0f}%" for name, share in hp.process_shares))
     return "\n".join(lines)
 
 

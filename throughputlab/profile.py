@@ -131,6 +131,7 @@ class HostProfile(_Strict):
     flamegraph: Optional[str] = None  # file name next to the profile
     n_samples: int = 0
     top_functions: list[tuple[str, float]] = []  # (function, share of samples)
+    process_shares: list[tuple[str, float]] = []  # (process, share of samples): which process is busy
     pids: list[int] = []
     error: Optional[str] = None
 

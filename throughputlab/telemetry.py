@@ -137,6 +137,8 @@ class _ProcessTree:
             found[r.pid] = r
             try:
                 for c in r.children(recursive=True):
+                    if _is_profiler(c):
+                        continue  # py-spy, when --py-spy runs beside us, is not part of the workload
                     found[c.pid] = c
             except ps.Error:
                 pass
@@ -171,6 +173,13 @@ class _ProcessTree:
                 "proc_rss_gib": rss / 2**30,
                 "proc_count": float(n),
                 "host_cpu_pct": ps.cpu_percent(None)}  # whole machine, 100 = every core busy
+
+
+def _is_profiler(p) -> bool:
+    try:
+        return p.name() == "py-spy"
+    except Exception:
+        return False
 
 
 class TelemetrySampler:
