@@ -200,6 +200,30 @@ class GenPoint(_Strict):
     def cv(self) -> Optional[float]:
         return cv(self.tokens_per_s_samples)
 
+    @property
+    def ttft_percentiles_s(self) -> Optional[dict[str, float]]:
+        """p50/p90/p99 time to first token over every request of every sample (None if not recorded)."""
+        return percentiles([x for s in self.samples for x in s.ttft_s])
+
+    @property
+    def itl_percentiles_s(self) -> Optional[dict[str, float]]:
+        """p50/p90/p99 inter-token latency over every streamed token gap (None if not recorded)."""
+        return percentiles([x for s in self.samples for x in s.itl_s])
+
+
+def percentiles(xs: list[float], qs: tuple[int, ...] = (50, 90, 99)) -> Optional[dict[str, float]]:
+    """Linear-interpolation percentiles (numpy's default), as {"p50": ..., ...}."""
+    if not xs:
+        return None
+    ys = sorted(xs)
+    out = {}
+    for q in qs:
+        pos = (len(ys) - 1) * q / 100
+        lo = int(pos)
+        hi = min(lo + 1, len(ys) - 1)
+        out[f"p{q}"] = ys[lo] + (ys[hi] - ys[lo]) * (pos - lo)
+    return out
+
 
 class TrainSample(_Strict):
     step_s: float
