@@ -120,6 +120,7 @@ class VLLMGenerationBackend:
         self._engine_kwargs: dict[str, Any] = {}
         self._engine_procs: list = []  # psutil.Process of the engine's processes, for telemetry and cleanup
         self._tmpdir: Optional[str] = None
+        self._extra_dirs: list[str] = []
         self._info: Optional[EngineInfo] = None
         import numpy as np
 
@@ -164,6 +165,14 @@ class VLLMGenerationBackend:
             self._tmpdir = tempfile.mkdtemp(prefix="throughputlab-vllm-")
         return self._tmpdir
 
+    def _rpc_dir(self) -> str:
+        path = os.path.join(self._workdir(), "rpc")
+        # A unix socket path holds at most 107 bytes; vLLM appends "/" + a 36-character uuid.
+        if len(path.encode()) + 37 > 100:
+            path = tempfile.mkdtemp(prefix="throughputlab-vllm-rpc-", dir="/tmp" if os.path.isdir("/tmp") else None)
+            self._extra_dirs.append(path)
+        return path
+
     def engine_kwargs(self) -> dict[str, Any]:
         """What goes to ``vllm.LLM``: our defaults, then the user's --engine-arg values."""
         kw: dict[str, Any] = {
@@ -197,7 +206,7 @@ class VLLMGenerationBackend:
         t0 = time.perf_counter()
         # vLLM puts its ZMQ sockets in VLLM_RPC_BASE_PATH (default /tmp) and leaves them there
         # after shutdown; a private folder, removed by close(), leaves nothing behind.
-        rpc_env = _EnvOverride("VLLM_RPC_BASE_PATH", os.path.join(self._workdir(), "rpc"))
+        rpc_env = _EnvOverride("VLLM_RPC_BASE_PATH", self._rpc_dir())
         try:
             with rpc_env:
                 self.llm = vllm.LLM(**self._engine_kwargs)
@@ -345,9 +354,10 @@ class VLLMGenerationBackend:
             if alive:
                 log.error("vLLM engine processes %s did not exit", [p.pid for p in alive])
             self._engine_procs = []
-        if self._tmpdir:
-            shutil.rmtree(self._tmpdir, ignore_errors=True)
-            self._tmpdir = None
+        for d in [self._tmpdir, *self._extra_dirs]:
+            if d:
+                shutil.rmtree(d, ignore_errors=True)
+        self._tmpdir, self._extra_dirs = None, []
 
     def __enter__(self):
         self.start()

@@ -1,0 +1,93 @@
+"""`throughputlab bench --backend vllm` as a user runs it, interrupted with Ctrl-C after its
+first point: the finished point is saved with its telemetry, and no engine process, socket
+or temp folder is left behind. One engine start (about 30 s on two cores)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed"),
+]
+
+
+def test_ctrl_c_after_first_point_leaves_nothing_running(tmp_path):
+    import psutil
+
+    from throughputlab.profile import Profile
+
+    out = tmp_path / "vllm.json"
+    import tempfile
+
+    # short: vLLM's unix sockets live under the temp folder, and socket paths hold 107 bytes
+    tmpdir = tempfile.mkdtemp(prefix="tl-", dir="/tmp")
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "TMPDIR": str(tmpdir)}
+    cmd = [sys.executable, "-m", "throughputlab", "bench", "--backend", "vllm", "--model", "tiny", "--only", "gen",
+           "-c", "1,2,4,8,16,32,64", "--prompt-len", "16", "--output-len", "32", "--repeats", "3",
+           "--engine-arg", "enforce_eager=true", "--py-spy", "--py-spy-points", "1", "-o", str(out)]
+    # Its own process group, as a terminal's foreground job: Ctrl-C reaches every process in it.
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True)
+    seen: dict[int, psutil.Process] = {}
+    seen_names: set[str] = set()
+    try:
+        deadline = time.monotonic() + 400
+        while True:
+            assert proc.poll() is None, f"bench ended before the first point: {proc.stdout.read()[-3000:]}"
+            try:
+                for p in psutil.Process(proc.pid).children(recursive=True):
+                    seen.setdefault(p.pid, p)
+                    seen_names.add(p.name())  # engine processes retitle themselves after start
+            except psutil.Error:
+                pass
+            if out.exists():
+                try:
+                    if any(p.status == "ok" for p in Profile.load(out).generation):
+                        break
+                except Exception:
+                    pass  # written atomically, but the profile may not have points yet
+            assert time.monotonic() < deadline, "no point measured within 400 s"
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGINT)
+        output, _ = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, output[-3000:]
+    assert "interrupted" in output and "--resume" in output
+
+    assert any("EngineCore" in n for n in seen_names), seen_names  # the engine ran in its own processes
+    names = {pid: p.name() for pid, p in seen.items() if _alive(p)}
+    deadline = time.monotonic() + 15  # orphans are reaped by init a moment later
+    while names and time.monotonic() < deadline:
+        time.sleep(0.5)
+        names = {pid: p.name() for pid, p in seen.items() if _alive(p)}
+    assert names == {}, f"left running after Ctrl-C: {names}"
+    left = os.listdir(tmpdir)
+    os.rmdir(tmpdir) if not left else None
+    assert not [f for f in left if f.startswith("throughputlab-")], left
+
+    prof = Profile.load(out)
+    assert prof.engine is not None and prof.engine.name == "vllm" and prof.engine.kv_cache_tokens
+    assert prof.engine.engine_args["enforce_eager"] is True
+    done = [p for p in prof.generation if p.status == "ok"]
+    assert done and done[0].concurrency == 1
+    assert done[0].telemetry is not None and done[0].telemetry.n_samples >= 1
+    hp = done[0].host_profile
+    assert hp is not None and hp.flamegraph and (out.parent / hp.flamegraph).is_file()
+
+
+def _alive(p) -> bool:
+    try:
+        return p.is_running() and p.status() != "zombie"
+    except Exception:
+        return False
