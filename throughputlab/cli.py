@@ -93,8 +93,12 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
+    except click.UsageError as e:  # one line, not click's usage block
+        where = f" (see '{e.ctx.command_path} --help')" if e.ctx is not None else ""
+        click.echo(f"error: {e.format_message()}{where}", err=True)
+        sys.exit(2)
     except click.ClickException as e:
-        e.show()
+        click.echo(f"error: {e.format_message()}", err=True)
         sys.exit(2 if e.exit_code in (1, 2) else e.exit_code)
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)

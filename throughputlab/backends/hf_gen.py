@@ -33,6 +33,7 @@ class HFGenerationBackend:
         self.max_len = max_len
         self.model = None
         self.cache_kind: Optional[str] = None
+        self.last_output_ids: Optional[torch.Tensor] = None  # tokens of the last run, for checking the loop
         self._peak = PeakMemory(device)
         self._gen = torch.Generator().manual_seed(seed)
         if engine_args:
@@ -81,15 +82,18 @@ class HFGenerationBackend:
         nxt = out.logits[:, -1].argmax(-1, keepdim=True)
         sync(self.device)
         t_prefill = time.perf_counter() - t_start
+        produced = [nxt]
         pos = torch.tensor([prompt_len], device=self.device)
         for _ in range(output_len - 1):  # the prefill already produced the first token
             t = time.perf_counter()
             out = model(input_ids=nxt, past_key_values=cache, use_cache=True, cache_position=pos, logits_to_keep=1)
             nxt = out.logits[:, -1].argmax(-1, keepdim=True)
             pos += 1
+            produced.append(nxt)
             sync(self.device)  # .argmax result is needed next step anyway; sync makes the step time exact
             steps.append(time.perf_counter() - t)
         total = time.perf_counter() - t_start
+        self.last_output_ids = torch.cat(produced, dim=1)
         del cache, out
         return GenSample(total_s=total, output_tokens=concurrency * output_len, prefill_s=t_prefill,
                          decode_s=sum(steps), decode_step_s=steps)

@@ -1,0 +1,44 @@
+"""Shared test setup: GPU tests are skipped without CUDA; helpers to run the CLI as a user would."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+# Two cores: keep torch from oversubscribing when pytest runs beside an engine.
+os.environ.setdefault("OMP_NUM_THREADS", "2")
+
+
+def pytest_collection_modifyitems(config, items):
+    try:
+        import torch
+
+        has_cuda = torch.cuda.is_available()
+    except ImportError:
+        has_cuda = False
+    if has_cuda:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+def run_cli(*args: str, cwd=None, timeout: float = 300, env=None) -> subprocess.CompletedProcess:
+    """Run `python -m throughputlab ARGS` in a fresh process, exactly as a user would."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "throughputlab", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=timeout, env=full_env)
+
+
+def assert_user_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
+    """Exit code 2, one line on stderr naming the problem, no traceback."""
+    err = result.stderr.strip()
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    assert len(err.splitlines()) == 1, err
+    for f in fragments:
+        assert f.lower() in err.lower(), (f, err)

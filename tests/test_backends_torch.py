@@ -1,0 +1,96 @@
+"""The real torch backends on a real (tiny, random-weight) transformers model on the CPU."""
+
+import pytest
+import torch
+
+from throughputlab.backends.hf_gen import HFGenerationBackend
+from throughputlab.backends.torch_train import TorchTrainingBackend
+from throughputlab.models import resolve_model
+from throughputlab.profile import Environment, Hardware, Profile, SweepSettings
+from throughputlab.sweep import Hygiene, largest_fitting, run_training
+
+
+@pytest.fixture(scope="module")
+def gen():
+    b = HFGenerationBackend(resolve_model("tiny"), dtype="float32", device="cpu", seed=0)
+    b.start()
+    yield b
+    b.close()
+
+
+def test_static_batch_emits_exactly_output_len_tokens(gen):
+    s = gen.run(3, 8, 5)
+    assert s.output_tokens == 15
+    assert len(s.decode_step_s) == 4 and all(t > 0 for t in s.decode_step_s)
+    assert s.prefill_s > 0 and s.total_s >= s.prefill_s + s.decode_s * 0.999
+    assert gen.last_output_ids.shape == (3, 5)
+    assert gen.cache_kind == "static"
+
+
+def test_decode_loop_matches_transformers_greedy_generate(gen):
+    """The timed loop with its preallocated cache produces the same tokens as model.generate."""
+    g = torch.Generator().manual_seed(123)
+    gen._gen = g
+    gen.run(2, 6, 7)
+    ours = gen.last_output_ids
+    gen._gen = torch.Generator().manual_seed(123)
+    ids = torch.randint(4, gen.resolved.spec.vocab_size, (2, 6), generator=gen._gen)
+    with torch.inference_mode():
+        ref = gen.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=7, min_new_tokens=7,
+                                 do_sample=False, pad_token_id=0)
+    assert torch.equal(ours, ref[:, 6:])
+
+
+def test_peak_memory_is_reported_on_cpu(gen):
+    gen.reset_peak_memory()
+    gen.run(2, 8, 3)
+    peak = gen.peak_memory_bytes()
+    assert peak is not None and peak > 10 * 2**20
+
+
+def test_training_step_times_phases_and_learns():
+    b = TorchTrainingBackend(resolve_model("tiny"), dtype="float32", device="cpu", seed=0, lr=1e-3)
+    b.start()
+    try:
+        s = b.run(2, 16)
+        assert s.step_s == pytest.approx(s.forward_s + s.backward_s + s.optimizer_s, rel=1e-6)
+        assert min(s.forward_s, s.backward_s, s.optimizer_s) > 0
+        # the AdamW step really changes the weights
+        w = next(b.model.parameters()).detach().clone()
+        b.run(2, 16)
+        assert not torch.equal(w, next(b.model.parameters()).detach())
+    finally:
+        b.close()
+
+
+def test_real_cpu_oom_is_recorded_and_largest_fit_found(tmp_path):
+    """A micro-batch whose activations exceed RAM fails at once in the CPU allocator: recorded as oom."""
+    b = TorchTrainingBackend(resolve_model("tiny"), dtype="float32", device="cpu", seed=0)
+    b.start()
+    prof = Profile(model=b.resolved.spec, hardware=Hardware(device_type="cpu", device_name="cpu"),
+                   environment=Environment(python="3", platform="x", hostname="h"),
+                   settings=SweepSettings(dtype="float32", device="cpu"))
+    huge = 2**21  # 2M x 128 tokens x 256 hidden x 4 bytes = 256 GiB for one activation
+    try:
+        run_training(prof, tmp_path / "p.json", b, [1, 2, huge], seq_len=128,
+                     hygiene=Hygiene(warmup=0, repeats=1))
+    finally:
+        b.close()
+    status = {p.micro_batch: p.status for p in prof.training}
+    assert status[1] == status[2] == "ok"
+    assert status[huge] == "oom"
+    assert "allocate" in next(p for p in prof.training if p.micro_batch == huge).error.lower()
+    assert largest_fitting(prof.training) == 2
+    assert sum(1 for s in status.values() if s == "oom") >= 2  # the bounded bisection ran
+
+
+def test_effective_lr_is_recorded_when_asked(tmp_path):
+    b = TorchTrainingBackend(resolve_model("tiny"), dtype="float32", device="cpu", seed=0, lr=1e-3,
+                             track_effective_lr=True)
+    b.start()
+    try:
+        b.run(1, 8)
+        eff = b.last_effective_lr
+    finally:
+        b.close()
+    assert eff and all(0 < v < 1 for v in eff.values())

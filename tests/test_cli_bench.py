@@ -1,0 +1,156 @@
+"""`throughputlab bench/hardware/models/export` as a user runs them: real tiny model, real processes."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+
+from conftest import assert_user_error, run_cli
+from throughputlab.profile import Profile
+
+FAST = ["--model", "tiny", "--prompt-len", "8", "--output-len", "4", "--seq-len", "16", "--repeats", "2",
+        "--warmup", "1", "--no-telemetry"]
+
+
+def test_help_is_fast_and_lists_commands():
+    t = time.perf_counter()
+    r = run_cli("--help")
+    assert r.returncode == 0
+    for cmd in ("bench", "hardware", "models", "export", "fit", "report", "decide", "lr"):
+        assert cmd in r.stdout
+    assert "unavailable" not in r.stdout
+    assert time.perf_counter() - t < 15  # no torch/vllm import at start-up (generous on a loaded machine)
+
+
+def test_cli_imports_no_engine():
+    code = ("import sys; from throughputlab.cli import cli, COMMANDS\n"
+            "from click.testing import CliRunner\n"
+            "r = CliRunner().invoke(cli, ['--help'])\n"
+            "print(sorted(m for m in ('torch', 'vllm', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_models_lists_presets():
+    r = run_cli("models", "--json")
+    rows = json.loads(r.stdout)
+    names = {x["name"] for x in rows}
+    assert {"tiny", "demo", "qwen2.5-7b", "qwen3-30b-a3b"} <= names
+    moe = next(x for x in rows if x["name"] == "qwen3-30b-a3b")
+    assert moe["params_active"] < moe["params_total"] / 5
+
+
+def test_hardware_describes_cpu_and_measures():
+    r = run_cli("hardware", "--device", "cpu", "--json")
+    assert r.returncode == 0, r.stderr
+    hw = json.loads(r.stdout)
+    assert hw["device_type"] == "cpu" and hw["datasheet"] is None
+    mb = hw["microbench"]
+    assert mb["copy_bandwidth_bytes_per_s"] > 1e8 and mb["matmul_flops_per_s"] > 1e8
+
+
+@pytest.mark.parametrize("args,fragments", [
+    (["bench", "--model", "/nonexistent/model"], ["no such model folder"]),
+    (["bench", "--model", "qwen2.5-7"], ["unknown preset", "did you mean qwen2.5-7b"]),
+    (["bench", "--concurrency", "0"], ["--concurrency values must be positive integers, got 0"]),
+    (["bench", "--concurrency", "abc"], ["--concurrency", "'abc'"]),
+    (["bench", "--batch-sizes", "2,-1"], ["--batch-sizes", "positive"]),
+    (["bench", "-o", "/proc/version/x.json"], ["not writable"]),
+    (["bench", "--only", "gen", "--backend", "openai", "--model", "tiny", "-o", "OUT"], ["--url"]),
+    (["export", "/nonexistent.json"], ["does not exist"]),
+    (["nosuchcommand"], ["no such command"]),
+])
+def test_bad_input_is_one_line_exit_2(args, fragments, tmp_path):
+    args = [str(tmp_path / "o.json") if a == "OUT" else a for a in args]
+    assert_user_error(run_cli(*args, cwd=tmp_path), *fragments)
+
+
+def test_missing_model_folder_weights(tmp_path):
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 64,
+                                                           "num_hidden_layers": 1, "num_attention_heads": 2,
+                                                           "vocab_size": 100, "intermediate_size": 128}))
+    assert_user_error(run_cli("bench", "--model", str(tmp_path / "m"), cwd=tmp_path), "--random-weights")
+
+
+def test_broken_profiles_are_one_line_errors(tmp_path):
+    trunc = tmp_path / "t.json"
+    trunc.write_text('{"schema_version": 1, "kind": "meas')
+    assert_user_error(run_cli("export", str(trunc)), "not valid JSON")
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"schema_version": 0}))
+    assert_user_error(run_cli("export", str(old)), "schema_version 0")
+
+
+def test_bench_writes_profile_export_and_refuses_overwrite(tmp_path):
+    out = tmp_path / "p.json"
+    r = run_cli("bench", *FAST, "-c", "1,2,4", "-b", "1,2", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    prof = Profile.load(out)
+    assert [(p.concurrency, p.status) for p in prof.generation] == [(1, "ok"), (2, "ok"), (4, "ok")]
+    assert [(p.micro_batch, p.status) for p in prof.training] == [(1, "ok"), (2, "ok")]
+    assert all(len(p.samples) >= 2 for p in prof.generation)
+    env = prof.environment
+    assert env.packages["torch"] and env.command_line[:2] == ["throughputlab", "bench"]
+    assert prof.hardware.microbench.copy_bandwidth_bytes_per_s > 0
+    assert "largest micro-batch" not in r.stdout  # no OOM, no claim
+
+    r = run_cli("export", str(out))
+    assert r.returncode == 0, r.stderr
+    gen = pd.read_csv(tmp_path / "p-generation.csv")
+    assert list(gen.concurrency) == [1, 2, 4] and (gen.tokens_per_s > 0).all()
+    samples = pd.read_csv(tmp_path / "p-samples.csv")
+    assert len(samples) == sum(len(p.samples) for p in prof.generation + prof.training)
+
+    assert_user_error(run_cli("bench", *FAST, "-o", str(out)), "exists", "--resume")
+
+
+def test_kill_9_keeps_points_and_resume_finishes_without_remeasuring(tmp_path):
+    out = tmp_path / "k.json"
+    args = [sys.executable, "-m", "throughputlab", "bench", *FAST, "--only", "gen", "--output-len", "24",
+            "--repeats", "3", "-c", "1,2,3,4,5,6,7,8", "-o", str(out)]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.time() + 240
+        n = 0
+        while time.time() < deadline:
+            time.sleep(0.2)
+            if out.exists():
+                try:
+                    n = len(Profile.load(out).generation)
+                except Exception:
+                    n = 0
+            if n >= 2:
+                break
+        assert n >= 2, "the sweep did not get two points in time"
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    before = Profile.load(out)  # a complete, valid file despite kill -9
+    done = {p.concurrency: p.measured_at for p in before.generation}
+    assert len(done) >= 2 and all(p.status == "ok" for p in before.generation)
+
+    r = run_cli("bench", *FAST, "--only", "gen", "--output-len", "24", "--repeats", "3", "-c", "1,2,3,4,5,6,7,8",
+                "-o", str(out), "--resume")
+    assert r.returncode == 0, r.stderr
+    after = Profile.load(out)
+    assert sorted(p.concurrency for p in after.generation) == [1, 2, 3, 4, 5, 6, 7, 8]
+    for p in after.generation:
+        if p.concurrency in done:
+            assert p.measured_at == done[p.concurrency]  # kept, not re-measured
+    assert "(resumed)" in r.stdout
+    assert not list(tmp_path.glob(".k.json.*"))  # at most a stale temp file from the kill... none after resume
+
+
+def test_resume_refuses_a_different_model(tmp_path):
+    out = tmp_path / "p.json"
+    assert run_cli("bench", *FAST, "--only", "train", "-b", "1", "-o", str(out)).returncode == 0
+    r = run_cli("bench", "--model", "demo", "--only", "train", "-b", "1", "-o", str(out), "--resume")
+    assert_user_error(r, "tiny", "another --output")

@@ -1,0 +1,86 @@
+"""Model specs: parameter counts against the published sizes, DESIGN.md quantities by hand, resolution errors."""
+
+import json
+
+import pytest
+
+from throughputlab.errors import UserError
+from throughputlab.models import preset_names, resolve_model
+from throughputlab.models.spec import experts_touched
+
+
+@pytest.mark.parametrize("name,total_b,active_b", [
+    ("qwen2.5-0.5b", 0.494, 0.494),   # model card: 0.49B
+    ("qwen2.5-1.5b", 1.54, 1.54),     # 1.54B
+    ("qwen2.5-7b", 7.61, 7.61),       # 7.61B
+    ("qwen3-8b", 8.19, 8.19),         # 8.2B
+    ("llama3.1-8b", 8.03, 8.03),      # 8.03B
+    ("qwen3-30b-a3b", 30.5, 3.3),     # 30.5B total, 3.3B activated
+])
+def test_parameter_counts_match_published_sizes(name, total_b, active_b):
+    s = resolve_model(name).spec
+    assert s.params_total / 1e9 == pytest.approx(total_b, rel=0.01)
+    assert s.params_active / 1e9 == pytest.approx(active_b, rel=0.03)
+
+
+def test_design_quantities_by_hand_for_qwen25_7b():
+    s = resolve_model("qwen2.5-7b").spec
+    # k = 2 * layers * kv_heads * head_dim * bytes = 2 * 28 * 4 * 128 * 2
+    assert s.kv_bytes_per_token(2) == 2 * 28 * 4 * 128 * 2
+    # a = 4 * layers * heads * head_dim
+    assert s.attn_flops_per_ctx_token == 4 * 28 * 28 * 128
+    # untied: W = everything but the input embedding; F = 2 * the same parameters
+    non_embed = s.params_total - 152064 * 3584
+    assert s.weight_bytes_per_step(2) == 2 * non_embed
+    assert s.flops_per_token == 2 * non_embed
+
+
+def test_tied_embeddings_are_read_once_as_lm_head():
+    s = resolve_model("tiny").spec
+    assert s.tie_word_embeddings
+    assert s.weight_bytes_per_step(4) == 4 * s.params_total  # all weights, the tied matrix once
+
+
+def test_moe_weight_bytes_grow_from_active_to_total():
+    s = resolve_model("qwen3-30b-a3b").spec
+    w1 = s.weight_bytes_per_step(2, 1)
+    assert w1 == pytest.approx(2 * (s.params_active - s.params_embedding), rel=1e-9)
+    w_big = s.weight_bytes_per_step(2, 100_000)
+    assert w_big == pytest.approx(2 * (s.params_total - s.params_embedding), rel=1e-6)
+    assert experts_touched(128, 8, 1) == pytest.approx(8)
+    assert experts_touched(128, 8, 2) == pytest.approx(128 * (1 - (120 / 128) ** 2))
+
+
+def test_presets_include_the_required_models():
+    names = set(preset_names())
+    assert {"tiny", "demo", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b", "qwen3-8b", "llama3.1-8b",
+            "qwen3-30b-a3b"} <= names
+    assert 80e6 < resolve_model("demo").spec.params_total < 130e6
+    assert resolve_model("tiny").spec.params_total < 10e6
+
+
+def test_unknown_preset_suggests_close_names():
+    with pytest.raises(UserError, match="did you mean qwen2.5-7b"):
+        resolve_model("qwen2.5-7")
+
+
+def test_missing_folder_and_folder_errors(tmp_path):
+    with pytest.raises(UserError, match="no such model folder"):
+        resolve_model(str(tmp_path / "nope"))
+    with pytest.raises(UserError, match="no config.json"):
+        resolve_model(str(tmp_path))
+    (tmp_path / "config.json").write_text(json.dumps(resolve_model("tiny").config))
+    with pytest.raises(UserError, match="--random-weights"):
+        resolve_model(str(tmp_path))
+    r = resolve_model(str(tmp_path), random_weights=True)
+    assert r.source == "folder" and r.spec.params_total == resolve_model("tiny").spec.params_total
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(UserError, match="not valid JSON"):
+        resolve_model(str(tmp_path), random_weights=True)
+
+
+def test_unreachable_hub_id_is_one_line(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(UserError) as e:
+        resolve_model("some-org/some-model-that-is-not-cached")
+    assert "hub" in str(e.value) and "\n" not in str(e.value)

@@ -1,0 +1,136 @@
+"""Sweep logic: what is measured next, OOM handling, resume, noisy re-measurement, interruption.
+
+A scripted backend drives the runner here (this tests the sweep's decisions, not an engine);
+the real torch backends are exercised in test_backends_torch.py and test_cli_bench.py.
+"""
+
+import pytest
+
+from throughputlab.models import resolve_model
+from throughputlab.profile import Environment, GenSample, Hardware, Profile, SweepSettings, TrainSample
+from throughputlab.sweep import Hygiene, largest_fitting, run_generation, run_training
+
+
+class ScriptedOOM(RuntimeError):
+    pass
+
+
+class ScriptedBackend:
+    """Throughput follows a given function of x; x above ``oom_above`` raises an OOM."""
+
+    name = "scripted"
+
+    def __init__(self, tps, oom_above=None, interrupt_at=None, noisy=None):
+        self.tps, self.oom_above, self.interrupt_at = tps, oom_above, interrupt_at
+        self.noisy = noisy or {}
+        self.calls = []
+        self.released = 0
+
+    def _check(self, x):
+        self.calls.append(x)
+        if self.interrupt_at == x:
+            raise KeyboardInterrupt
+        if self.oom_above is not None and x > self.oom_above:
+            raise ScriptedOOM("CUDA out of memory")
+
+    def run(self, c, prompt_len, output_len):  # generation
+        self._check(c)
+        jitter = self.noisy.get(c, [1.0]).pop(0) if self.noisy.get(c) else 1.0
+        total = c * output_len / self.tps(c) * jitter
+        return GenSample(total_s=total, output_tokens=c * output_len)
+
+    def reset_peak_memory(self):
+        pass
+
+    def peak_memory_bytes(self):
+        return None
+
+    def is_oom(self, exc):
+        return isinstance(exc, ScriptedOOM)
+
+    def release(self):
+        self.released += 1
+
+    def pids(self):
+        return []
+
+
+class ScriptedTrain(ScriptedBackend):
+    def run(self, b, seq_len):
+        self._check(b)
+        return TrainSample(step_s=b * seq_len / self.tps(b))
+
+
+def new_profile():
+    return Profile(model=resolve_model("tiny").spec, hardware=Hardware(device_type="cpu", device_name="cpu"),
+                   environment=Environment(python="3", platform="x", hostname="h"),
+                   settings=SweepSettings(dtype="float32", device="cpu"))
+
+
+H = Hygiene(warmup=1, repeats=2, max_cv=0.1, max_remeasure=2)
+
+
+def test_auto_stops_when_throughput_saturates(tmp_path):
+    # grows linearly to 8, then flat: auto measures 1,2,4,8,16 and stops (16 gains < 5%)
+    backend = ScriptedTrain(lambda b: 100.0 * min(b, 8))
+    prof = new_profile()
+    run_training(prof, tmp_path / "p.json", backend, None, seq_len=10, hygiene=H)
+    assert [p.micro_batch for p in prof.training] == [1, 2, 4, 8, 16]
+    assert all(p.status == "ok" for p in prof.training)
+
+
+def test_oom_is_recorded_and_bisected_to_largest_fit(tmp_path):
+    backend = ScriptedTrain(lambda b: 100.0 * b, oom_above=5)
+    prof = new_profile()
+    run_training(prof, tmp_path / "p.json", backend, [1, 2, 4, 8, 16, 32], seq_len=10, hygiene=H)
+    by = {p.micro_batch: p.status for p in prof.training}
+    assert by[8] == "oom" and by[4] == "ok"
+    assert by[6] == "oom" and by[5] == "ok"  # bisection between 4 and 8
+    assert by[16] == by[32] == "skipped"  # never run after the OOM
+    assert 16 not in backend.calls and 32 not in backend.calls
+    assert largest_fitting(prof.training) == 5
+    assert backend.released >= 2
+    saved = Profile.load(tmp_path / "p.json")
+    assert {p.micro_batch: p.status for p in saved.training} == by
+
+
+def test_noisy_point_is_remeasured_and_all_samples_kept(tmp_path):
+    # warm-up takes the first factor, then samples 1.0, 2.0 (cv high) -> re-measured with 1.0, 1.0
+    backend = ScriptedBackend(lambda c: 100.0, noisy={2: [1.0, 1.0, 2.0, 1.0, 1.0, 1.0, 1.0]})
+    prof = new_profile()
+    run_generation(prof, tmp_path / "p.json", backend, [1, 2], prompt_len=4, output_len=4, hygiene=H)
+    p2 = prof.generation[1]
+    assert p2.remeasured >= 1
+    assert len(p2.samples) == 2 * (1 + p2.remeasured)
+    assert len(prof.generation[0].samples) == 2 and prof.generation[0].remeasured == 0
+
+
+def test_interrupt_keeps_finished_points_and_resume_skips_them(tmp_path):
+    path = tmp_path / "p.json"
+    prof = new_profile()
+    backend = ScriptedBackend(lambda c: 10.0 * c, interrupt_at=8)
+    with pytest.raises(KeyboardInterrupt):
+        run_generation(prof, path, backend, [1, 2, 4, 8, 16], prompt_len=4, output_len=4, hygiene=H)
+    saved = Profile.load(path)
+    assert [p.concurrency for p in saved.generation] == [1, 2, 4]
+    stamps = {p.concurrency: p.measured_at for p in saved.generation}
+
+    again = ScriptedBackend(lambda c: 10.0 * c)
+    run_generation(saved, path, again, [1, 2, 4, 8, 16], prompt_len=4, output_len=4, hygiene=H)
+    assert set(again.calls) == {8, 16}  # nothing finished before is measured again
+    final = Profile.load(path)
+    assert [p.concurrency for p in final.generation] == [1, 2, 4, 8, 16]
+    assert all(final.find(("generation", "scripted", c, 4, 4)).measured_at == s for c, s in stamps.items())
+
+
+def test_error_points_are_recorded_and_sweep_goes_on(tmp_path):
+    class Flaky(ScriptedBackend):
+        def run(self, c, p, o):
+            if c == 2:
+                raise ValueError("kernel exploded")
+            return super().run(c, p, o)
+
+    prof = new_profile()
+    run_generation(prof, tmp_path / "p.json", Flaky(lambda c: 10.0), [1, 2, 4], prompt_len=4, output_len=4, hygiene=H)
+    assert [(p.concurrency, p.status) for p in prof.generation] == [(1, "ok"), (2, "error"), (4, "ok")]
+    assert "kernel exploded" in prof.generation[1].error
