@@ -152,9 +152,12 @@ def decision_section(d: Decision, title: str = "Batch-size decision") -> Section
     if d.curves is not None:
         c = d.curves
         fig = go.Figure()
-        for run in c.runs:
-            fig.add_trace(go.Scatter(x=run.samples, y=run.smoothed, mode="lines",
-                                     name=f"{run.run} (batch {run.batch:g}" + (f", lr {run.lr:.3g})" if run.lr else ")")))
+        palette = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"]
+        for i, cfg in enumerate(c.configs):  # one colour and one legend entry per configuration, a line per seed
+            for j, run in enumerate(r for r in c.runs if r.run in cfg.runs):
+                fig.add_trace(go.Scatter(x=run.samples, y=run.smoothed, mode="lines", name=cfg.label,
+                                         legendgroup=cfg.label, showlegend=j == 0, hovertext=run.run,
+                                         line={"color": palette[i % len(palette)], "width": 1.5}))
         fig.add_hline(y=c.target, line_dash="dot", annotation_text=f"target {c.target:g}")
         fig.update_layout(title="Learning curves on one sample axis (smoothed)", xaxis_title=f"cumulative {d.sample_unit}",
                           yaxis_title="metric", height=420)
