@@ -155,3 +155,19 @@ def test_bootstrap_intervals_contain_estimate():
     for e in r.generation.params:
         if e.identified:
             assert e.lo <= e.value * 1.05 and e.hi >= e.value * 0.95
+
+
+def test_end_to_end_knee_balances_memory_and_compute():
+    from throughputlab.fit import generation_knee
+
+    costs = Costs(bytes_per_param=2, weight_bytes=1e10, kv_bytes_per_token=0.0, flops_per_token=1e10,
+                  attn_flops_per_ctx_token=0.0)
+    m = ThroughputModel(source="analytic", costs=costs,
+                        decode=DecodeParams(t0_s=0.0, bw_bytes_per_s=1e12, phi_flops_per_s=1e14))
+    # no KV, no attention: decode knee W*PHI/(F*BW) = 100
+    assert m.knee(0) == pytest.approx(100.0)
+    # whole requests, by hand: (o-1)*W/BW + W/BW (prefill reads weights once) = c*((o-1)+p)*F/PHI
+    p, o = 300, 101
+    by_hand = o * 1e10 / 1e12 / ((o - 1 + p) * 1e10 / 1e14)
+    assert generation_knee(m, p, o) == pytest.approx(by_hand, rel=1e-6)
+    assert generation_knee(m, p, o) < m.knee(0)  # prefill compute moves the bend earlier
