@@ -200,6 +200,7 @@ class TelemetrySampler:
         self._tree: Optional[_ProcessTree] = None
         self._t0 = self._t1 = 0.0
         self.source = "host"
+        self.cpu_s = 0.0  # CPU time the sampling thread used (its own overhead), set by stop()
 
     def start(self) -> None:
         if self._thread is not None:
@@ -226,6 +227,7 @@ class TelemetrySampler:
             self._samples.append(s)
 
     def _loop(self) -> None:
+        cpu0 = time.thread_time()
         period = 1.0 / self.hz
         # The first reading of a cpu_percent counter covers the time since priming: wait one period.
         next_t = time.monotonic() + period
@@ -234,6 +236,7 @@ class TelemetrySampler:
             next_t += period
             if next_t < time.monotonic():  # fell behind (a loaded machine): don't burst to catch up
                 next_t = time.monotonic() + period
+        self.cpu_s = time.thread_time() - cpu0
 
     def stop(self) -> TelemetrySummary:
         if self._thread is None:
