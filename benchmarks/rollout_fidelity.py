@@ -68,12 +68,16 @@ def run_engine(args, batches: list[int], concs: list[int], lengths_for, measure_
         for c in concs if measure_profile else []:
             backend.run(c, args.prompt_len, args.profile_output_len)
         rollout(min(batches))
+        order = np.random.default_rng(args.seed + 2)
         for r in range(args.repeats):
-            if measure_profile:
-                for c in concs:
-                    samples[c].append(backend.run(c, args.prompt_len, args.profile_output_len))
-            for b in batches:
-                times[b].append(rollout(b))
+            # profile points and rollouts in a shuffled order each round, so that a drift in background
+            # load does not land on one side of the comparison
+            jobs = [("c", c) for c in (concs if measure_profile else [])] + [("b", b) for b in batches]
+            for kind, x in (jobs[i] for i in order.permutation(len(jobs))):
+                if kind == "c":
+                    samples[x].append(backend.run(x, args.prompt_len, args.profile_output_len))
+                else:
+                    times[x].append(rollout(x))
             print(f"  round {r + 1}/{args.repeats}: " + ", ".join(f"B={b} {times[b][-1]:.2f} s" for b in batches),
                   flush=True)
         return times, samples, backend.engine_info(), resolved
