@@ -205,15 +205,21 @@ class PySpyRecorder:
         self._tmp = tempfile.mkdtemp(prefix="throughputlab-pyspy-")
         for pid in _roots(self._pids):
             out = Path(self._tmp) / f"{pid}.speedscope.json"
-            err = open(Path(self._tmp) / f"{pid}.stderr", "w+")
+            err = open(Path(self._tmp) / f"{pid}.log", "w")
             cmd = [self._exe, "record", "--pid", str(pid), "--rate", str(self.rate_hz), "--format", "speedscope",
                    "--output", str(out), "--subprocesses"]
             if self.nonblocking:
                 cmd.append("--nonblocking")
-            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+            proc = subprocess.Popen(cmd, stdout=err, stderr=subprocess.STDOUT, start_new_session=True)
             self._procs.append((pid, proc, out, err))
-        # py-spy needs a moment to attach; an immediate exit means it could not.
-        time.sleep(0.3)
+        # Wait until each py-spy has attached and installed its Ctrl-C handler ("Sampling
+        # process ..."): stopped before that, on a loaded machine, it would exit without output.
+        deadline = time.monotonic() + 15
+        waiting = list(self._procs)
+        while waiting and time.monotonic() < deadline:
+            waiting = [w for w in waiting if w[1].poll() is None and "Sampling process" not in _read(w[3])]
+            if waiting:
+                time.sleep(0.02)
         for pid, proc, _, err in self._procs:
             if proc.poll() is not None and proc.returncode != 0:
                 text = _read(err)
@@ -292,10 +298,11 @@ def _relative(path: Path, base: Path) -> str:
 
 
 def _read(f) -> str:
+    """What py-spy has written so far to its log (read through a separate handle: the offset of
+    ``f`` is shared with the child)."""
     try:
-        f.flush()
-        f.seek(0)
-        return f.read()
+        with open(f.name, errors="replace") as g:
+            return g.read()
     except (OSError, ValueError):
         return ""
 
