@@ -223,6 +223,11 @@ class VLLMGenerationBackend:
         log.info("vLLM engine started in %.1f s (%d engine processes)", time.perf_counter() - t0,
                  len(self._engine_procs))
         self._info = self._read_engine_info(vllm.__version__)
+        cap = self._info.max_concurrency
+        if cap is not None and cap < self.max_concurrency:
+            log.warning("the KV cache holds %.1f requests of %d tokens: concurrencies above that queue or "
+                        "preempt in the engine (raise gpu_memory_utilization, or VLLM_CPU_KVCACHE_SPACE on CPU)",
+                        cap, self.max_len)
 
     def _track_engine_procs(self, me, before: set[int]) -> None:
         procs = []
