@@ -8,20 +8,20 @@ every decode step timed between device synchronisations.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from typing import Optional
 
 import torch
 
-from throughputlab.backends.torch_common import PeakMemory, build_model, is_oom, release, sync, synthetic_ids
+from throughputlab.backends.torch_common import (InProcessTorchBackend, PeakMemory, build_model, release, sync,
+                                                 synthetic_ids)
 from throughputlab.models import ResolvedModel
 from throughputlab.profile import EngineInfo, GenSample
 
 log = logging.getLogger(__name__)
 
 
-class HFGenerationBackend:
+class HFGenerationBackend(InProcessTorchBackend):
     name = "hf"
 
     def __init__(self, resolved: ResolvedModel, *, dtype: str, device: str, seed: int = 0,
@@ -97,21 +97,6 @@ class HFGenerationBackend:
         del cache, out
         return GenSample(total_s=total, output_tokens=concurrency * output_len, prefill_s=t_prefill,
                          decode_s=sum(steps), decode_step_s=steps)
-
-    def reset_peak_memory(self) -> None:
-        self._peak.reset()
-
-    def peak_memory_bytes(self) -> Optional[int]:
-        return self._peak.peak_bytes()
-
-    def is_oom(self, exc: BaseException) -> bool:
-        return is_oom(exc)
-
-    def release(self) -> None:
-        release(self.device)
-
-    def pids(self) -> list[int]:
-        return [os.getpid()]
 
     def close(self) -> None:
         self.model = None

@@ -115,3 +115,25 @@ def synthetic_ids(batch: int, length: int, vocab: int, device: str, generator: t
     """Random token ids: throughput does not depend on the text. Avoids id 0..3 (special tokens)."""
     low = 4 if vocab > 8 else 0
     return torch.randint(low, vocab, (batch, length), generator=generator).to(device)
+
+
+class InProcessTorchBackend:
+    """What both torch backends do the same way: memory accounting, OOM test, this process's pid."""
+
+    device: str
+    _peak: PeakMemory
+
+    def reset_peak_memory(self) -> None:
+        self._peak.reset()
+
+    def peak_memory_bytes(self) -> Optional[int]:
+        return self._peak.peak_bytes()
+
+    def is_oom(self, exc: BaseException) -> bool:
+        return is_oom(exc)
+
+    def release(self) -> None:
+        release(self.device)
+
+    def pids(self) -> list[int]:
+        return [os.getpid()]

@@ -7,18 +7,17 @@ failed step held so the sweep can go on.
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Optional
 
 import torch
 
-from throughputlab.backends.torch_common import PeakMemory, build_model, is_oom, release, sync, synthetic_ids
+from throughputlab.backends.torch_common import InProcessTorchBackend, PeakMemory, build_model, release, sync, synthetic_ids
 from throughputlab.models import ResolvedModel
 from throughputlab.profile import TrainSample
 
 
-class TorchTrainingBackend:
+class TorchTrainingBackend(InProcessTorchBackend):
     name = "torch"
 
     def __init__(self, resolved: ResolvedModel, *, dtype: str, device: str, seed: int = 0,
@@ -71,22 +70,10 @@ class TorchTrainingBackend:
 
         return EffectiveLRTracker(self.optimizer)
 
-    def reset_peak_memory(self) -> None:
-        self._peak.reset()
-
-    def peak_memory_bytes(self) -> Optional[int]:
-        return self._peak.peak_bytes()
-
-    def is_oom(self, exc: BaseException) -> bool:
-        return is_oom(exc)
-
     def release(self) -> None:
         if self.optimizer is not None:
             self.optimizer.zero_grad(set_to_none=True)
-        release(self.device)
-
-    def pids(self) -> list[int]:
-        return [os.getpid()]
+        super().release()
 
     def close(self) -> None:
         self.model = self.optimizer = None
