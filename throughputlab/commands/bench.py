@@ -27,7 +27,7 @@ from throughputlab.commands.options import IntList, check_writable, default_prof
 @click.option("--prompt-len", type=int, default=64, help="Synthetic prompt tokens per sequence.")
 @click.option("--output-len", type=int, default=32, help="New tokens per sequence (EOS ignored).")
 @click.option("--seq-len", type=int, default=128, help="Tokens per training sequence.")
-@click.option("--dtype", default="auto", help="auto (bfloat16 on GPU, float32 on CPU), bfloat16, float16, float32.")
+@click.option("--dtype", default="auto", help="auto (bfloat16 on GPU and on CPUs with native bf16, else float32), bfloat16, float16, float32.")
 @click.option("--device", default="auto", help="auto, cpu, cuda or cuda:N.")
 @click.option("--warmup", type=int, default=1, help="Untimed runs before each point.")
 @click.option("--repeats", type=int, default=3, help="Timed runs per point (every sample is kept).")

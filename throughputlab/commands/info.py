@@ -13,7 +13,7 @@ from throughputlab.errors import UserError
 
 @click.command()
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
-@click.option("--dtype", default="auto", show_default=True, help="dtype of the micro-benchmarks (auto: bf16 GPU, fp32 CPU).")
+@click.option("--dtype", default="auto", show_default=True, help="dtype of the micro-benchmarks (auto: as bench picks it).")
 @click.option("--no-bench", is_flag=True, help="Skip the copy/matmul micro-benchmarks.")
 @click.option("--json", "as_json", is_flag=True, help="Print the hardware record as JSON.")
 def hardware(device: str, dtype: str, no_bench: bool, as_json: bool) -> None:
