@@ -381,6 +381,9 @@ class Profile(_Strict):
         except OSError as e:
             raise UserError(f"cannot write profile {path}: {e.strerror or e}; choose another --output") from None
         try:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a profile is an ordinary file
             with os.fdopen(fd, "w") as f:
                 f.write(data)
                 f.flush()
