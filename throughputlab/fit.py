@@ -32,7 +32,8 @@ from throughputlab.errors import UserError
 from throughputlab.hardware.peaks import peak_flops
 from throughputlab.profile import GenPoint, Profile, TrainPoint, now_iso
 from throughputlab.roofline import (
-    Costs, DecodeParams, PrefillParams, ThroughputModel, TrainParams, decode_step_s, prefill_s, train_step_s,
+    Costs, DecodeParams, PrefillParams, ThroughputModel, TrainParams, decode_step_s, first_crossing, prefill_s,
+    train_step_s,
 )
 
 log = logging.getLogger(__name__)
@@ -265,15 +266,7 @@ def generation_knee(model: ThroughputModel, prompt_len: float, output_len: int) 
             + c * prompt_len * (k.flops_per_token + prompt_len * k.attn_flops_per_ctx_token / 2) / phi_pre
         return comp - mem
 
-    lo, hi = 1e-3, 1e8
-    if gap(hi) <= 0:
-        return None
-    if gap(lo) >= 0:
-        return lo
-    for _ in range(200):
-        mid = math.sqrt(lo * hi)
-        lo, hi = (lo, mid) if gap(mid) > 0 else (mid, hi)
-    return math.sqrt(lo * hi)
+    return first_crossing(gap, 1e-3, 1e8)
 
 
 def generation_knee_statement(model: ThroughputModel, prompt_len: float, output_len: int,

@@ -103,17 +103,19 @@ def knee_concurrency_numeric(costs: Costs, s: float, bw: float, phi: float, c_ma
         comp = c * (costs.flops_per_token + s * costs.attn_flops_per_ctx_token) / phi
         return comp - mem
 
-    lo, hi = 1e-6, c_max
+    return first_crossing(gap, 1e-6, c_max)
+
+
+def first_crossing(gap, lo: float, hi: float) -> Optional[float]:
+    """Where an increasing ``gap(c)`` (compute time minus memory time) turns positive, by
+    bisection in log c; None when it never does below ``hi``."""
     if gap(hi) <= 0:
         return None
     if gap(lo) >= 0:
         return lo
     for _ in range(200):
         mid = math.sqrt(lo * hi)
-        if gap(mid) > 0:
-            hi = mid
-        else:
-            lo = mid
+        lo, hi = (lo, mid) if gap(mid) > 0 else (mid, hi)
     return math.sqrt(lo * hi)
 
 

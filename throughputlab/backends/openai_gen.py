@@ -159,6 +159,8 @@ class OpenAIGenerationBackend:
         firsts = [r[0][0] for r in results if r[0]]
         lasts = [r[0][-1] for r in results if r[0]]
         ttft = [t - t0 for t in firsts]
+        # gaps between streamed chunks, as vLLM's serving benchmark counts them: a server that puts
+        # several tokens in one chunk yields fewer, longer gaps
         itl = [b - a for times, _ in results for a, b in zip(times, times[1:])]
         tokens = sum(n for _, n in results)
         prefill = decode = None
