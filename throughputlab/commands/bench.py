@@ -61,7 +61,7 @@ def bench(output: Optional[Path], report_path: Optional[Path], engine_args: tupl
 
     \b
     Examples:
-      throughputlab bench                                   # demo model, both sweeps (~4 min on 2 CPU cores)
+      throughputlab bench                                   # demo model, both sweeps (~2 min on 2 CPU cores)
       throughputlab bench -m qwen2.5-1.5b -c 1,8,64,256 -o q15.json
       throughputlab bench -m tiny --only train -b auto
       throughputlab bench -m tiny --backend vllm --only gen --engine-arg enforce_eager=true
