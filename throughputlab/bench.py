@@ -8,6 +8,7 @@ interrupted or failing run keeps what it measured and ``resume=True`` finishes i
 from __future__ import annotations
 
 import logging
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -153,7 +154,9 @@ def run_bench(spec: BenchSpec, hooks: Hooks = Hooks()) -> Profile:
             close = getattr(extras.pyspy, "close", None)
             if close:
                 close()
-        profile.environment.torch_threads = environment([]).torch_threads
+        torch = sys.modules.get("torch")  # the thread count the points ran with; no import for an HTTP-only run
+        if torch is not None:
+            profile.environment.torch_threads = torch.get_num_threads()
         profile.save(spec.output)
     return profile
 
