@@ -5,6 +5,7 @@ import torch
 
 from throughputlab.backends.hf_gen import HFGenerationBackend
 from throughputlab.backends.torch_train import TorchTrainingBackend
+from throughputlab.errors import UserError
 from throughputlab.models import resolve_model
 from throughputlab.profile import Environment, Hardware, Profile, SweepSettings
 from throughputlab.sweep import Hygiene, largest_fitting, run_training
@@ -39,6 +40,39 @@ def test_decode_loop_matches_transformers_greedy_generate(gen):
         ref = gen.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=7, min_new_tokens=7,
                                  do_sample=False, pad_token_id=0)
     assert torch.equal(ours, ref[:, 6:])
+
+
+def test_overhead_probe_runs_the_same_requests_through_the_narrowed_network(gen):
+    s = gen.run(2, 8, 5)
+    assert len(s.probe_decode_step_s) == 4 and all(t > 0 for t in s.probe_decode_step_s)
+    assert s.probe_prefill_s > 0
+    info = gen.engine_info()
+    assert info.overhead_probe == {"hidden_size": 64, "intermediate_size": 64}
+    assert info.engine_args["attn_implementation"] == "eager"  # the CPU default
+    cfg = gen.probe.config
+    assert (cfg.hidden_size, cfg.intermediate_size) == (64, 64)
+    # what the probe keeps: layers, heads, head size, vocabulary (so its KV cache and sampling are the model's)
+    mc = gen.model.config
+    assert (cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.vocab_size) == \
+        (mc.num_hidden_layers, mc.num_attention_heads, mc.num_key_value_heads, mc.head_dim, mc.vocab_size)
+    n_model = sum(p.numel() for p in gen.model.parameters())
+    n_probe = sum(p.numel() for p in gen.probe.parameters())
+    assert n_probe < 0.4 * n_model
+
+
+def test_hf_engine_args_choose_attention_and_the_probe():
+    b = HFGenerationBackend(resolve_model("tiny"), dtype="float32", device="cpu",
+                            engine_args={"attn_implementation": "sdpa", "overhead_probe": False})
+    b.start()
+    try:
+        assert b.model.config._attn_implementation == "sdpa"
+        s = b.run(1, 4, 3)
+        assert b.probe is None and s.probe_decode_step_s == [] and b.engine_info().overhead_probe is None
+    finally:
+        b.close()
+    with pytest.raises(UserError, match="tensor_parallel_size does not apply to --backend hf"):
+        HFGenerationBackend(resolve_model("tiny"), dtype="float32", device="cpu",
+                            engine_args={"tensor_parallel_size": 2})
 
 
 def test_peak_memory_is_reported_on_cpu(gen):

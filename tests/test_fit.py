@@ -171,3 +171,37 @@ def test_end_to_end_knee_balances_memory_and_compute():
     by_hand = o * 1e10 / 1e12 / ((o - 1 + p) * 1e10 / 1e14)
     assert generation_knee(m, p, o) == pytest.approx(by_hand, rel=1e-6)
     assert generation_knee(m, p, o) < m.knee(0)  # prefill compute moves the bend earlier
+
+
+PROBE = {"hidden_size": 64, "intermediate_size": 64}
+
+
+def test_overhead_probe_separates_fixed_and_per_sequence_costs_from_the_roofline():
+    true = {**TRUE, "t0": 10e-3, "t_seq": 1e-3}
+    prof = make_profile(concurrencies=CS, true=true, noise=0.005, seed=5, micro_batches=(), probe=PROBE)
+    g = fit_profile(prof).generation
+    assert [p.name for p in g.params][:4] == ["t0_s", "bw_bytes_per_s", "phi_flops_per_s", "t_seq_s"]
+    for name, want in (("t0_s", true["t0"]), ("t_seq_s", true["t_seq"]), ("bw_bytes_per_s", true["bw"]),
+                       ("phi_flops_per_s", true["phi"])):
+        e = _param(g.params, name)
+        assert e.value == pytest.approx(want, rel=0.05), name
+        assert e.identified and e.lo <= want <= e.hi, name
+    assert len(g.probe_points) == len(CS) and g.probe_weight_bytes < 0.05 * Costs.from_spec(prof.model, 4).weight_bytes
+    assert all(p.fitted_s == pytest.approx(p.measured_s, rel=0.03) for p in g.probe_points)
+    assert g.loo_max_abs_error < 0.03
+
+    # The same model points without the probe: the per-sequence cost is read as arithmetic,
+    # so PHI comes out well below the truth.
+    bare = prof.model_copy(update={"engine": None})
+    phi_bare = _param(fit_profile(bare).generation.params, "phi_flops_per_s").value
+    assert phi_bare < 0.85 * true["phi"]
+
+
+def test_sum_form_is_a_valid_smooth_form():
+    true = {**TRUE, "t0": 5e-3, "t_seq": 2e-4, "p": 1.0}
+    prof = make_profile(concurrencies=CS, true=true, noise=0.003, seed=6, micro_batches=(), probe=PROBE)
+    r = fit_profile(prof)
+    assert r.generation.form == "smooth"
+    assert r.model.decode.smooth_p == pytest.approx(1.0, abs=0.05)
+    assert _param(r.generation.params, "bw_bytes_per_s").value == pytest.approx(true["bw"], rel=0.05)
+    assert r.model.decode.t_seq_s == pytest.approx(true["t_seq"], rel=0.1)

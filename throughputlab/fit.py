@@ -30,6 +30,7 @@ from scipy.stats import t as student_t
 
 from throughputlab.errors import UserError
 from throughputlab.hardware.peaks import peak_flops
+from throughputlab.models.spec import spec_from_config
 from throughputlab.profile import GenPoint, Profile, TrainPoint, now_iso
 from throughputlab.roofline import (
     Costs, DecodeParams, PrefillParams, ThroughputModel, TrainParams, decode_step_s, first_crossing, prefill_s,
@@ -116,6 +117,9 @@ class GenerationFit(_Strict):
     rms_rel_residual: float
     points: list[PointError]
     loo_max_abs_error: Optional[float] = None
+    # the overhead probe (same network, matrix widths shrunk), fitted jointly when the profile has it
+    probe_points: list[PointError] = []
+    probe_weight_bytes: Optional[float] = None
 
 
 class PrefillFit(_Strict):
@@ -190,6 +194,19 @@ def costs_of(profile: Profile) -> Costs:
     return Costs.from_spec(profile.model, profile.bytes_per_param)
 
 
+def probe_costs_of(profile: Profile) -> Optional[Costs]:
+    """W, k, F, a of the overhead probe the profile was measured with, or None."""
+    overrides = profile.engine.overhead_probe if profile.engine else None
+    if not overrides or not profile.model.config:
+        return None
+    try:
+        spec = spec_from_config({**profile.model.config, **overrides}, f"{profile.model.name} (overhead probe)",
+                                profile.model.source)
+    except UserError:
+        return None
+    return Costs.from_spec(spec, profile.bytes_per_param)
+
+
 def fit_profile(profile: Profile, *, bootstrap: int = 0, seed: int = 0) -> FitResult:
     """Fit every part the profile has measured. ``bootstrap`` > 0 adds percentile intervals
     from refits on raw samples resampled within each point (Jacobian intervals otherwise)."""
@@ -213,7 +230,8 @@ def fit_profile(profile: Profile, *, bootstrap: int = 0, seed: int = 0) -> FitRe
     dec_params = pre_params = None
     overhead = 0.0
     if gen_pts:
-        gen, dec_params, pre, pre_params, overhead = _fit_generation(gen_pts, costs, peaks, warnings, bootstrap, rng)
+        gen, dec_params, pre, pre_params, overhead = _fit_generation(gen_pts, costs, peaks, warnings, bootstrap, rng,
+                                                                     probe_costs_of(profile))
     tr = tr_params = None
     if train_pts:
         tr, tr_params = _fit_training(profile, train_pts, costs, peaks, warnings, bootstrap, rng)
@@ -448,6 +466,7 @@ class GenObs:
     prefill_s: Optional[float]
     overhead_s: Optional[float]  # total - prefill - decode, when the backend splits them
     point: Optional[GenPoint] = field(default=None, repr=False)
+    probe_step_s: Optional[float] = None  # the overhead probe's mean decode step (hf backend)
 
     @property
     def s(self) -> float:
@@ -461,13 +480,19 @@ def _mean_step_s(p: GenPoint) -> Optional[float]:
     return statistics.median(per) if per else p.decode_step_s
 
 
+def _probe_step_s(p: GenPoint) -> Optional[float]:
+    per = [statistics.fmean(s.probe_decode_step_s) for s in p.samples if s.probe_decode_step_s]
+    return statistics.median(per) if per and len(per) == len(p.samples) else None
+
+
 def gen_obs(p: GenPoint) -> GenObs:
     tps = p.tokens_per_s
     split = [s.total_s - s.prefill_s - s.decode_s for s in p.samples
              if s.prefill_s is not None and s.decode_s is not None]
     return GenObs(c=p.concurrency, p=p.prompt_len, o=p.output_len, tokens_per_s=tps,
                   total_s=p.concurrency * p.output_len / tps, decode_step_s=_mean_step_s(p),
-                  prefill_s=p.prefill_s, overhead_s=statistics.median(split) if split else None, point=p)
+                  prefill_s=p.prefill_s, overhead_s=statistics.median(split) if split else None, point=p,
+                  probe_step_s=_probe_step_s(p))
 
 
 def _resampled(p: GenPoint, rng: np.random.Generator) -> GenObs:
@@ -498,33 +523,48 @@ def _gen_ceilings(peaks: Peaks) -> tuple[Optional[float], Optional[float]]:
 
 @dataclass
 class _GenSpec:
-    """Everything fixed while fitting generation points (costs, form, target, bounds)."""
+    """Everything fixed while fitting generation points (costs, form, target, bounds).
+
+    With ``probe_costs`` (the overhead probe's W and F) the probe's step times are fitted
+    jointly with the model's: same t0, per-sequence cost, BW and PHI, different W and F.
+    Parameter vector (log): t0, BW, PHI, then t_seq with a probe, then p for the smooth form.
+    """
 
     costs: Costs
     form: str
     target: str
     lo: np.ndarray
     hi: np.ndarray
+    probe_costs: Optional[Costs] = None
 
-    def unpack(self, x: np.ndarray) -> tuple[float, float, float, Optional[float]]:
-        v = np.exp(x)
-        return float(v[0]), float(v[1]), float(v[2]), (float(v[3]) if self.form == "smooth" else None)
+    def unpack(self, x: np.ndarray) -> tuple[float, float, float, Optional[float], float]:
+        v = [float(z) for z in np.exp(x)]
+        i = 3
+        t_seq = 0.0
+        if self.probe_costs is not None:
+            t_seq, i = v[3], 4
+        p = v[i] if self.form == "smooth" else None
+        return v[0], v[1], v[2], p, t_seq
 
 
 def _decode_residuals(spec: _GenSpec, obs: list[GenObs]) -> Callable[[np.ndarray], np.ndarray]:
     costs = spec.costs
+    probe = spec.probe_costs if spec.target == "decode_step_s" else None
 
     def f(x: np.ndarray) -> np.ndarray:
-        t0, bw, phi, p = spec.unpack(x)
-        r = np.empty(len(obs))
-        for i, o in enumerate(obs):
-            td = decode_step_s(o.c, o.s, costs, t0, bw, phi, p)
+        t0, bw, phi, p, ts = spec.unpack(x)
+        r = []
+        for o in obs:
+            td = decode_step_s(o.c, o.s, costs, t0, bw, phi, p, ts)
             if spec.target == "decode_step_s":
-                r[i] = math.log(td / o.decode_step_s)
+                r.append(math.log(td / o.decode_step_s))
             else:  # end-to-end: prefill with the same parameters, then o-1 decode steps
                 tot = prefill_s(o.c, o.p, costs, t0, bw, phi, p) + max(o.o - 1, 0) * td
-                r[i] = math.log(tot / o.total_s)
-        return r
+                r.append(math.log(tot / o.total_s))
+        if probe is not None:
+            for o in obs:
+                r.append(math.log(decode_step_s(o.c, o.s, probe, t0, bw, phi, p, ts) / o.probe_step_s))
+        return np.array(r)
 
     return f
 
@@ -538,6 +578,21 @@ def _decode_starts(spec: _GenSpec, obs: list[GenObs]) -> list[np.ndarray]:
     mem_b, _ = decode_bytes_flops(costs, small.c, small.s)
     _, comp_f = decode_bytes_flops(costs, large.c, large.s)
     starts = []
+    if spec.probe_costs is not None and spec.target == "decode_step_s":
+        # the probe measures the non-weight part of each step: start from the differences
+        ps, pl = small.probe_step_s, large.probe_step_s
+        t_seq = max((pl - ps) / max(large.c - small.c, 1), 1e-7)
+        for t0_frac in (0.5, 0.9):
+            for bw_mult in (0.5, 1.0, 2.0):
+                for phi_mult in (1.0, 3.0):
+                    t0 = max(t0_frac * ps, 1e-7)
+                    bw = bw_mult * mem_b / max(t_small - ps, 0.1 * t_small)
+                    phi = phi_mult * comp_f / max(t_large - pl, 0.1 * t_large)
+                    x = [math.log(t0), math.log(bw), math.log(phi), math.log(t_seq)]
+                    if spec.form == "smooth":
+                        x.append(math.log(2.0))
+                    starts.append(np.array(x))
+        return starts
     for t0_frac in (0.02, 0.3, 0.6):
         for bw_mult in (1.0, 3.0):
             for phi_mult in (1.0, 4.0):
@@ -576,8 +631,8 @@ def _fit_prefill(costs: Costs, obs: list[GenObs], bw: float, phi_hi: Optional[fl
 
 def _predict_gen_tps(costs: Costs, dec: tuple, pre: Optional[tuple], overhead: float, o: GenObs) -> float:
     """End-to-end tokens/s of point o: overhead + prefill + (o-1) decode steps at mean context."""
-    t0, bw, phi, p = dec
-    td = decode_step_s(o.c, o.s, costs, t0, bw, phi, p)
+    t0, bw, phi, p, ts = dec
+    td = decode_step_s(o.c, o.s, costs, t0, bw, phi, p, ts)
     if pre is not None:
         tp = prefill_s(o.c, o.p, costs, pre[0], bw, pre[1])
     else:
@@ -602,9 +657,14 @@ def _gen_fit_all(spec: _GenSpec, obs: list[GenObs], phi_hi, starts=None):
 
 
 def _fit_generation(points: list[GenPoint], costs: Costs, peaks: Peaks, warnings: list[str], bootstrap: int,
-                    rng: np.random.Generator):
+                    rng: np.random.Generator, probe_costs: Optional[Costs] = None):
     obs = [gen_obs(p) for p in points]
     has_steps = all(o.decode_step_s for o in obs)
+    if probe_costs is not None and not (has_steps and all(o.probe_step_s for o in obs)):
+        if any(o.probe_step_s for o in obs):
+            warnings.append("the overhead probe is missing at some points: fitted without it (t0 and BW may not "
+                            "be separately identified)")
+        probe_costs = None
     target = "decode_step_s" if has_steps else "tokens_per_s"
     if not has_steps:
         warnings.append("no decode step timings in the profile: the decode parameters were fitted to end-to-end "
@@ -618,23 +678,27 @@ def _fit_generation(points: list[GenPoint], costs: Costs, peaks: Peaks, warnings
         warnings.append(f"only {n} generation point(s): the decode fit is under-determined "
                         "(measure at least 4 concurrencies, spanning the knee)")
 
+    if probe_costs is not None:  # the per-sequence cost t_seq, between 1 ns and the longest step
+        lo3, hi3 = np.append(lo3, math.log(1e-9)), np.append(hi3, math.log(max(o.decode_step_s for o in obs)))
     candidates = {}
     for form in forms:
         lo, hi = lo3, hi3
         if form == "smooth":
             lo, hi = np.append(lo3, math.log(1.0)), np.append(hi3, math.log(64.0))
-        spec = _GenSpec(costs, form, target, lo, hi)
+        spec = _GenSpec(costs, form, target, lo, hi, probe_costs)
         full = _gen_fit_all(spec, obs, phi_hi)
         loo = _gen_loo(spec, obs, phi_hi, full[0].x)
         errs = [abs(e) for e in loo if e is not None]
         candidates[form] = (spec, full, loo, statistics.fmean(errs) if errs else None)
 
     # The smooth maximum has one more parameter: keep it only when it predicts held-out points
-    # clearly better (10% lower mean error) and is not just the hard max again (p at its bound).
+    # clearly better (10% lower mean error) and is not just the hard max again (p at its upper
+    # bound). p = 1, its lower bound, is the sum of the two terms: memory and compute not overlapped.
     chosen = "max"
     if "smooth" in candidates:
         sm, mx = candidates["smooth"], candidates["max"]
-        if sm[3] is not None and mx[3] is not None and sm[3] < 0.9 * mx[3] and not sm[1][0].at_bound[3]:
+        p_hard = abs(sm[1][0].x[-1] - sm[0].hi[-1]) < 1e-4 * (sm[0].hi[-1] - sm[0].lo[-1])
+        if sm[3] is not None and mx[3] is not None and sm[3] < 0.9 * mx[3] and not p_hard:
             chosen = "smooth"
     spec, (sol, dec, psol, pre, overhead), loo, _ = candidates[chosen]
 
@@ -653,10 +717,14 @@ def _fit_generation(points: list[GenPoint], costs: Costs, peaks: Peaks, warnings
         boot = np.array(draws) if draws else None
         pboot = np.array(pdraws) if pdraws else None
 
-    names = ["t0_s", "bw_bytes_per_s", "phi_flops_per_s"] + (["smooth_p"] if chosen == "smooth" else [])
-    units = ["s", "B/s", "FLOP/s"] + ([""] if chosen == "smooth" else [])
+    probe = spec.probe_costs is not None
+    names = (["t0_s", "bw_bytes_per_s", "phi_flops_per_s"] + (["t_seq_s"] if probe else [])
+             + (["smooth_p"] if chosen == "smooth" else []))
+    units = ["s", "B/s", "FLOP/s"] + (["s"] if probe else []) + ([""] if chosen == "smooth" else [])
     notes = {}
-    t0, bw, phi, p = dec
+    t0, bw, phi, p, ts = dec
+    if chosen == "smooth" and p is not None and p < 1.0 + 1e-3:
+        notes["smooth_p"] = "at 1: memory and compute time add up (no overlap)"
     mem_any = any(_mem_bound(costs, o, dec) for o in obs)
     comp_any = any(not _mem_bound(costs, o, dec) for o in obs)
     if not comp_any and target == "decode_step_s":  # end to end, PHI is also seen through the prefill
@@ -668,20 +736,26 @@ def _fit_generation(points: list[GenPoint], costs: Costs, peaks: Peaks, warnings
     pts = []
     for o, e in zip(obs, loo):
         fitted = _predict_gen_tps(costs, dec, pre, overhead, o)
-        ts_fit = decode_step_s(o.c, o.s, costs, t0, bw, phi, p)
+        ts_fit = decode_step_s(o.c, o.s, costs, t0, bw, phi, p, ts)
         pts.append(PointError(
             x=o.c, context_len=o.s, measured_tokens_per_s=o.tokens_per_s, fitted_tokens_per_s=fitted,
             loo_tokens_per_s=None if e is None else o.tokens_per_s * (1 + e), loo_rel_error=e,
             measured_s=o.decode_step_s, fitted_s=ts_fit,
         ))
+    probe_pts = []
+    if probe:
+        for o in obs:
+            probe_pts.append(PointError(x=o.c, context_len=o.s, measured_s=o.probe_step_s,
+                                        fitted_s=decode_step_s(o.c, o.s, spec.probe_costs, t0, bw, phi, p, ts)))
     loo_errs = [abs(e) for e in loo if e is not None]
     gen = GenerationFit(
         target=target, form=chosen, form_loo_mean_abs_error={k: v[3] for k, v in candidates.items()}, params=params,
         context_len=statistics.median(o.s for o in obs), knee_note="", n_points=n,
         rms_rel_residual=float(math.sqrt(np.mean(sol.residuals ** 2))), points=pts,
-        loo_max_abs_error=max(loo_errs) if loo_errs else None,
+        loo_max_abs_error=max(loo_errs) if loo_errs else None, probe_points=probe_pts,
+        probe_weight_bytes=spec.probe_costs.weight_bytes if probe else None,
     )
-    dec_params = DecodeParams(t0_s=t0, bw_bytes_per_s=bw, phi_flops_per_s=phi, smooth_p=p)
+    dec_params = DecodeParams(t0_s=t0, bw_bytes_per_s=bw, phi_flops_per_s=phi, smooth_p=p, t_seq_s=ts)
 
     pre_fit = pre_params = None
     if psol is not None and pre is not None:
@@ -705,7 +779,7 @@ def _fit_generation(points: list[GenPoint], costs: Costs, peaks: Peaks, warnings
 
 
 def _mem_bound(costs: Costs, o: GenObs, dec: tuple) -> bool:
-    _, bw, phi, _ = dec
+    _, bw, phi, _, _ = dec
     b, f = decode_bytes_flops(costs, o.c, o.s)
     return b / bw >= f / phi
 
@@ -908,6 +982,10 @@ def summary_lines(result: FitResult) -> list[str]:
         if g.loo_max_abs_error is not None:
             errs = ", ".join(f"{p.x}:{100 * p.loo_rel_error:+.1f}%" for p in g.points if p.loo_rel_error is not None)
             lines.append(f"  held-out tokens/s error by concurrency: {errs} (max {100 * g.loo_max_abs_error:.1f}%)")
+        if g.probe_points:
+            cells = ", ".join(f"{p.x}:{1e3 * p.measured_s:.3g}/{1e3 * p.fitted_s:.3g}" for p in g.probe_points)
+            lines.append(f"  overhead probe ({_si(g.probe_weight_bytes, 'B')} of weights), step ms measured/fitted "
+                         f"by concurrency: {cells}")
     if result.prefill is not None:
         lines.append(f"prefill ({result.prefill.n_points} points, {result.prefill.note}):")
         lines += [_param_line(e) for e in result.prefill.params]

@@ -50,6 +50,7 @@ class Efficiencies(BaseModel):
     prefill_phi: float = 0.60
     train_phi: float = 0.40
     decode_t0_s: float = 1.0e-3
+    decode_t_seq_s: float = 0.0  # per sequence per decode step (measured only by an overhead probe)
     prefill_t0_s: float = 1.0e-3
     train_t0_s: float = 10e-3
     source: str = "stated defaults (no measurement)"
@@ -61,6 +62,8 @@ class Efficiencies(BaseModel):
                  f"prefill FLOP/s {self.prefill_phi:.0%}, training FLOP/s {self.train_phi:.0%}",
                  f"fixed costs: decode step {self.decode_t0_s * 1e3:.3g} ms, prefill {self.prefill_t0_s * 1e3:.3g} ms, "
                  f"training micro-step {self.train_t0_s * 1e3:.3g} ms"]
+        if self.decode_t_seq_s:
+            lines.append(f"per-sequence cost of a decode step: {self.decode_t_seq_s * 1e3:.3g} ms")
         for k, (lo, hi) in self.intervals.items():
             if lo is not None and hi is not None:
                 lines.append(f"{k}: 95% range {lo:.3g} to {hi:.3g}")
@@ -105,6 +108,7 @@ def calibration_from(profile: Profile) -> Efficiencies:
         ratio(fit.generation.params, "bw_bytes_per_s", bw_ref, "decode_bw")
         ratio(fit.generation.params, "phi_flops_per_s", phi_ref, "decode_phi")
         eff["decode_t0_s"] = m.decode.t0_s
+        eff["decode_t_seq_s"] = m.decode.t_seq_s
         eff["prefill_t0_s"] = m.prefill.t0_s if m.prefill else m.decode.t0_s
         eff["prefill_phi"] = (m.prefill.phi_flops_per_s if m.prefill else m.decode.phi_flops_per_s) / phi_ref
     if m.train and fit.training:
@@ -141,7 +145,8 @@ def analytic_model(spec: ModelSpec, gpu: str, dtype: str = "bfloat16",
     model = ThroughputModel(
         source="analytic" if eff.source == DEFAULT_EFFICIENCIES.source else "calibrated",
         costs=costs,
-        decode=DecodeParams(t0_s=eff.decode_t0_s, bw_bytes_per_s=bw, phi_flops_per_s=eff.decode_phi * phi_peak),
+        decode=DecodeParams(t0_s=eff.decode_t0_s, bw_bytes_per_s=bw, phi_flops_per_s=eff.decode_phi * phi_peak,
+                            t_seq_s=eff.decode_t_seq_s),
         prefill=PrefillParams(t0_s=eff.prefill_t0_s, bw_bytes_per_s=bw, phi_flops_per_s=eff.prefill_phi * phi_peak),
         train=TrainParams(t0_s=eff.train_t0_s, phi_flops_per_s=eff.train_phi * phi_peak,
                           mem0_bytes=float(ADAM_BYTES_PER_PARAM * spec.params_total),

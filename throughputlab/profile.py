@@ -146,6 +146,10 @@ class GenSample(_Strict):
     decode_step_s: list[float] = []  # each decode step, when the backend can time them
     ttft_s: list[float] = []  # per request (openai backend)
     itl_s: list[float] = []  # inter-token latencies, pooled over requests (openai backend)
+    # the overhead probe (hf backend): the same requests through the same network with its matrix
+    # widths shrunk (EngineInfo.overhead_probe), run right after this repeat
+    probe_prefill_s: Optional[float] = None
+    probe_decode_step_s: list[float] = []
 
 
 class GenPoint(_Strict):
@@ -278,6 +282,7 @@ class EngineInfo(_Strict):
     max_concurrency: Optional[float] = None  # for the sweep's request length (prompt + output)
     max_num_seqs: Optional[int] = None
     engine_args: dict[str, Any] = {}
+    overhead_probe: Optional[dict[str, int]] = None  # config overrides of the overhead probe model (hf backend)
 
 
 class SweepSettings(_Strict):

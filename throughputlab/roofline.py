@@ -65,11 +65,15 @@ def _combine(mem: float, comp: float, p: Optional[float]) -> float:
 
 
 def decode_step_s(c: float, s: float, costs: Costs, t0: float, bw: float, phi: float,
-                  p: Optional[float] = None) -> float:
-    """t_dec(c, s) = t0 + max((W(c) + c*s*k)/BW, c*(F + s*a)/PHI)  (DESIGN.md, decode step)."""
+                  p: Optional[float] = None, t_seq: float = 0.0) -> float:
+    """t_dec(c, s) = t0 + c*t_seq + max((W(c) + c*s*k)/BW, c*(F + s*a)/PHI)  (DESIGN.md, decode step).
+
+    ``t_seq`` is a per-sequence cost outside the roofline terms (attention and sampling kernels
+    far from either roof, per-sequence bookkeeping). It is zero unless an overhead probe measured it.
+    """
     mem = (costs.weight_bytes_for(c) + c * s * costs.kv_bytes_per_token) / bw
     comp = c * (costs.flops_per_token + s * costs.attn_flops_per_ctx_token) / phi
-    return t0 + _combine(mem, comp, p)
+    return t0 + c * t_seq + _combine(mem, comp, p)
 
 
 def prefill_s(c: float, prompt_len: float, costs: Costs, t0: float, bw: float, phi: float,
@@ -128,6 +132,7 @@ class DecodeParams(BaseModel):
     bw_bytes_per_s: float
     phi_flops_per_s: float
     smooth_p: Optional[float] = None  # None: the hard max form
+    t_seq_s: float = 0.0  # per-sequence cost per step, fitted only with an overhead probe
 
 
 class PrefillParams(BaseModel):
@@ -162,7 +167,7 @@ class ThroughputModel(BaseModel):
 
     def decode_step_s(self, c: float, s: float) -> float:
         d = self._need(self.decode, "decode")
-        return decode_step_s(c, s, self.costs, d.t0_s, d.bw_bytes_per_s, d.phi_flops_per_s, d.smooth_p)
+        return decode_step_s(c, s, self.costs, d.t0_s, d.bw_bytes_per_s, d.phi_flops_per_s, d.smooth_p, d.t_seq_s)
 
     def decode_tokens_per_s(self, c: float, s: float) -> float:
         return c / self.decode_step_s(c, s)

@@ -3,6 +3,18 @@
 A static batch of ``c`` sequences: synthetic prompts, a preallocated (static) KV cache where
 the model supports it, greedy decoding of exactly ``output_len`` tokens (no EOS check), and
 every decode step timed between device synchronisations.
+
+The overhead probe: right after each repeat, the same requests run through the same network
+with its matrix widths shrunk to ``PROBE_WIDTH`` (hidden and MLP sizes; layers, attention
+heads, head size, vocabulary and KV cache unchanged). Its weights are a few percent of the
+model's, so its step time is what a step costs apart from streaming the weights and the
+matmul FLOPs: dispatch, attention, sampling. The fit uses it to separate the per-step
+overhead from the bandwidth term, which a sweep of the model alone cannot (both are constant
+in the concurrency).
+
+On CPU the attention defaults to transformers' ``eager`` implementation: for one-token
+decode steps the CPU ``sdpa`` kernel is slower (1.5x at concurrency 64 on a 2-core EPYC)
+and erratic; ``--engine-arg attn_implementation=sdpa`` restores it.
 """
 
 from __future__ import annotations
@@ -20,6 +32,19 @@ from throughputlab.profile import EngineInfo, GenSample
 
 log = logging.getLogger(__name__)
 
+PROBE_WIDTH = 64
+_WIDTH_KEYS = ("hidden_size", "intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size",
+               "ffn_dim")
+HF_ENGINE_ARGS = ("attn_implementation", "overhead_probe")
+
+
+def probe_overrides(config: dict) -> dict[str, int]:
+    """Config changes that turn the model into its overhead probe (widths shrunk, head size kept)."""
+    out = {k: min(int(config[k]), PROBE_WIDTH) for k in _WIDTH_KEYS if isinstance(config.get(k), int)}
+    if "hidden_size" in out and not config.get("head_dim"):
+        out["head_dim"] = int(config["hidden_size"]) // int(config["num_attention_heads"])
+    return out
+
 
 class HFGenerationBackend(InProcessTorchBackend):
     name = "hf"
@@ -32,34 +57,55 @@ class HFGenerationBackend(InProcessTorchBackend):
         self.seed = seed
         self.max_len = max_len
         self.model = None
+        self.probe = None  # the overhead probe model, when built
+        self.probe_config: Optional[dict[str, int]] = None
         self.cache_kind: Optional[str] = None
         self.last_output_ids: Optional[torch.Tensor] = None  # tokens of the last run, for checking the loop
         self._peak = PeakMemory(device)
         self._gen = torch.Generator().manual_seed(seed)
-        if engine_args:
+        args = dict(engine_args or {})
+        unknown = sorted(set(args) - set(HF_ENGINE_ARGS))
+        if unknown:
             from throughputlab.errors import UserError
 
-            raise UserError("--engine-arg applies to --backend vllm only")
+            raise UserError(f"--engine-arg {unknown[0]} does not apply to --backend hf: it takes "
+                            f"{' and '.join(HF_ENGINE_ARGS)} (other engine arguments are for --backend vllm)")
+        self.attn_implementation = str(args.get("attn_implementation") or ("eager" if device == "cpu" else "sdpa"))
+        self.use_probe = args.get("overhead_probe", True) not in (False, 0, "false", "False", "off", "no")
 
     def start(self) -> None:
-        self.model = build_model(self.resolved, self.dtype, self.device, self.seed)
+        self.model = build_model(self.resolved, self.dtype, self.device, self.seed,
+                                 attn_implementation=self.attn_implementation)
         self.model.eval()
+        if self.use_probe:
+            overrides = probe_overrides(self.resolved.config)
+            try:
+                self.probe = build_model(self.resolved, self.dtype, self.device, self.seed,
+                                         attn_implementation=self.attn_implementation, config_overrides=overrides)
+                self.probe.eval()
+                self.probe_config = overrides
+            except Exception as e:  # an architecture that cannot be narrowed: measure without the probe
+                log.warning("overhead probe unavailable for this model (%s); the fit will not separate the "
+                            "per-step overhead from the bandwidth term", str(e).splitlines()[0] if str(e) else e)
+                self.probe = None
 
     def engine_info(self) -> Optional[EngineInfo]:
         import transformers
 
         return EngineInfo(name="transformers", version=transformers.__version__,
-                          engine_args={"kv_cache": self.cache_kind or "static"})
+                          engine_args={"kv_cache": self.cache_kind or "static",
+                                       "attn_implementation": self.attn_implementation},
+                          overhead_probe=self.probe_config if self.probe is not None else None)
 
-    def _new_cache(self, batch: int, max_len: int):
+    def _new_cache(self, model, batch: int, max_len: int):
         from transformers import DynamicCache, StaticCache
 
-        cfg = self.model.config
+        cfg = model.config
         try:
             cache = StaticCache(config=cfg, max_cache_len=max_len)
             spec = self.resolved.spec
             cache.early_initialization(batch_size=batch, num_heads=spec.num_kv_heads, head_dim=spec.head_dim,
-                                       dtype=next(self.model.parameters()).dtype, device=torch.device(self.device))
+                                       dtype=next(model.parameters()).dtype, device=torch.device(self.device))
             self.cache_kind = "static"
             return cache
         except Exception as e:  # architectures without static-cache support decode with a growing cache
@@ -67,12 +113,23 @@ class HFGenerationBackend(InProcessTorchBackend):
             self.cache_kind = "dynamic"
             return DynamicCache()
 
-    @torch.inference_mode()
     def run(self, concurrency: int, prompt_len: int, output_len: int) -> GenSample:
-        model = self.model
         vocab = self.resolved.spec.vocab_size
         ids = synthetic_ids(concurrency, prompt_len, vocab, self.device, self._gen)
-        cache = self._new_cache(concurrency, prompt_len + output_len)
+        total, t_prefill, steps, produced = self._decode(self.model, ids, output_len)
+        self.last_output_ids = produced
+        sample = GenSample(total_s=total, output_tokens=concurrency * output_len, prefill_s=t_prefill,
+                           decode_s=sum(steps), decode_step_s=steps)
+        if self.probe is not None:
+            _, p_prefill, p_steps, _ = self._decode(self.probe, ids, output_len)
+            sample.probe_prefill_s, sample.probe_decode_step_s = p_prefill, p_steps
+        return sample
+
+    @torch.inference_mode()
+    def _decode(self, model, ids: torch.Tensor, output_len: int):
+        """Prefill ``ids`` and decode ``output_len`` tokens greedily: (total, prefill, step times, tokens)."""
+        concurrency, prompt_len = ids.shape
+        cache = self._new_cache(model, concurrency, prompt_len + output_len)
         steps: list[float] = []
 
         sync(self.device)
@@ -93,11 +150,9 @@ class HFGenerationBackend(InProcessTorchBackend):
             sync(self.device)  # .argmax result is needed next step anyway; sync makes the step time exact
             steps.append(time.perf_counter() - t)
         total = time.perf_counter() - t_start
-        self.last_output_ids = torch.cat(produced, dim=1)
         del cache, out
-        return GenSample(total_s=total, output_tokens=concurrency * output_len, prefill_s=t_prefill,
-                         decode_s=sum(steps), decode_step_s=steps)
+        return total, t_prefill, steps, torch.cat(produced, dim=1)
 
     def close(self) -> None:
-        self.model = None
+        self.model = self.probe = None
         release(self.device)

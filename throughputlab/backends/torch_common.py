@@ -37,20 +37,30 @@ def build_config(resolved: ResolvedModel):
     return AutoConfig.from_pretrained(resolved.path, trust_remote_code=resolved.trust_remote_code)
 
 
-def build_model(resolved: ResolvedModel, dtype: str, device: str, seed: int = 0):
-    """A causal LM on ``device``: random weights from the config, or the folder/hub weights."""
+def build_model(resolved: ResolvedModel, dtype: str, device: str, seed: int = 0, *,
+                attn_implementation: Optional[str] = None, config_overrides: Optional[dict] = None):
+    """A causal LM on ``device``: random weights from the config, or the folder/hub weights.
+
+    ``config_overrides`` (set on the config, random weights only) build a variant of the
+    network, such as the overhead probe; ``attn_implementation`` picks transformers' attention.
+    """
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
     cfg = build_config(resolved)
+    for k, v in (config_overrides or {}).items():
+        setattr(cfg, k, v)
     td = torch_dtype(dtype)
+    extra = {"attn_implementation": attn_implementation} if attn_implementation else {}
     try:
-        if resolved.random_weights:
+        if resolved.random_weights or config_overrides:
             with torch.device(device):
-                model = AutoModelForCausalLM.from_config(cfg, dtype=td, trust_remote_code=resolved.trust_remote_code)
+                model = AutoModelForCausalLM.from_config(cfg, dtype=td, trust_remote_code=resolved.trust_remote_code,
+                                                         **extra)
         else:
             model = AutoModelForCausalLM.from_pretrained(resolved.path, dtype=td,
-                                                         trust_remote_code=resolved.trust_remote_code).to(device)
+                                                         trust_remote_code=resolved.trust_remote_code,
+                                                         **extra).to(device)
     except ValueError as e:
         raise UserError(f"transformers cannot build {resolved.spec.name}: {str(e).splitlines()[0]}") from None
     return model

@@ -449,10 +449,11 @@ def step_costs(model: ThroughputModel, st: _Steps) -> tuple[np.ndarray, np.ndarr
     mem_dec = (_weight_bytes(model, st.dec + st.q1) + st.ctx * c.kv_bytes_per_token) / d.bw_bytes_per_s
     comp_dec = (st.dec * c.flops_per_token + st.ctx * c.attn_flops_per_ctx_token) / d.phi_flops_per_s
     comp_pre = (st.q1 * c.flops_per_token + st.q2 * c.attn_flops_per_ctx_token / 2) / pp.phi_flops_per_s
-    mixed = d.t0_s + _combine(mem_dec, comp_dec + comp_pre, d.smooth_p)
+    per_seq = st.dec * d.t_seq_s
+    mixed = d.t0_s + per_seq + _combine(mem_dec, comp_dec + comp_pre, d.smooth_p)
     pure_prefill = pp.t0_s + np.maximum(_weight_bytes(model, st.q1) / pp.bw_bytes_per_s, comp_pre)
     mem_only = (_weight_bytes(model, st.dec) + st.ctx * c.kv_bytes_per_token) / d.bw_bytes_per_s
-    decode_only = np.where(st.dec > 0, d.t0_s + _combine(mem_only, comp_dec, d.smooth_p), 0.0)
+    decode_only = np.where(st.dec > 0, d.t0_s + per_seq + _combine(mem_only, comp_dec, d.smooth_p), 0.0)
     has_dec = st.dec > 0
     t = np.where(has_dec, np.where(st.new > 0, mixed, decode_only), pure_prefill)
     return t, decode_only

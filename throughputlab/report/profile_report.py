@@ -158,6 +158,12 @@ def step_figure(items: list[tuple[Profile, Optional[FitResult], str]]):
                                      name=_t(f"{label}: decode step ({fit.method})"), line=dict(color=color, width=2)))
             fig.add_trace(go.Scatter(x=cs, y=[m.prefill_s(c, prompt_len) * 1e3 for c in cs], mode="lines",
                                      name=_t(f"{label}: prefill ({fit.method})"), line=dict(color=color, width=1.5, dash="dash")))
+        probe = fit.generation.probe_points if fit is not None and fit.generation is not None else []
+        if probe:  # the overhead probe: what a step costs apart from the weights and the matmuls
+            fig.add_trace(go.Scatter(x=[q.x for q in probe], y=[q.measured_s * 1e3 for q in probe], mode="markers",
+                                     name=_t(f"{label}: overhead probe step"), marker=dict(color=color, size=7, symbol="x")))
+            fig.add_trace(go.Scatter(x=[q.x for q in probe], y=[q.fitted_s * 1e3 for q in probe], mode="lines",
+                                     name=_t(f"{label}: overhead probe step (fit)"), line=dict(color=color, width=1, dash="dot")))
         kv_c = _kv_concurrency(p, m, prompt_len + output_len)
         if kv_c is not None and kv_c <= 8 * c_hi:  # further out it only squashes the plot; the table states it
             _vline(fig, kv_c, min(ys) / 2, max(ys) * 2, f"{label}: KV-cache capacity ({kv_c:.4g} sequences)", color,
