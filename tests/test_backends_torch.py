@@ -48,7 +48,7 @@ def test_overhead_probe_runs_the_same_requests_through_the_narrowed_network(gen)
     assert s.probe_prefill_s > 0
     info = gen.engine_info()
     assert info.overhead_probe == {"hidden_size": 64, "intermediate_size": 64}
-    assert info.engine_args["attn_implementation"] == "eager"  # the CPU default
+    assert (info.engine_args["attn_prefill"], info.engine_args["attn_decode"]) == ("sdpa", "eager")  # CPU defaults
     cfg = gen.probe.config
     assert (cfg.hidden_size, cfg.intermediate_size) == (64, 64)
     # what the probe keeps: layers, heads, head size, vocabulary (so its KV cache and sampling are the model's)

@@ -818,8 +818,18 @@ def _prefill_loo(costs: Costs, obs: list[GenObs], bw: float, phi_hi) -> dict[int
 class TrainObs:
     b: int
     seq_len: int
-    step_s: float  # median of the measured micro-step (optimizer included)
+    step_s: float  # what the line is fitted to: median forward + backward, plus the optimizer's median
     point: Optional[TrainPoint] = field(default=None, repr=False)
+    measured_step_s: Optional[float] = None  # the point's own median micro-step (optimizer included)
+
+
+def _train_obs(p: TrainPoint, samples, opt_s: float) -> TrainObs:
+    """The optimizer step costs the same at every micro-batch, so its median over the whole sweep
+    replaces each point's own (one noise source fewer); the forward and backward stay the point's."""
+    compute = [s.forward_s + s.backward_s for s in samples if s.forward_s is not None and s.backward_s is not None]
+    total = statistics.median(s.step_s for s in samples)
+    fitted = statistics.median(compute) + opt_s if len(compute) == len(samples) and opt_s else total
+    return TrainObs(p.micro_batch, p.seq_len, fitted, p, total)
 
 
 def _fit_train_line(costs: Costs, obs: list[TrainObs], opt_s: float, phi_hi: Optional[float], starts=None,
@@ -848,9 +858,9 @@ def _fit_train_line(costs: Costs, obs: list[TrainObs], opt_s: float, phi_hi: Opt
 
 def _fit_training(profile: Profile, points: list[TrainPoint], costs: Costs, peaks: Peaks, warnings: list[str],
                   bootstrap: int, rng: np.random.Generator):
-    obs = [TrainObs(p.micro_batch, p.seq_len, p.step_s, p) for p in points]
     opt = [s.optimizer_s for p in points for s in p.samples if s.optimizer_s is not None]
     opt_s = statistics.median(opt) if opt else 0.0
+    obs = [_train_obs(p, p.samples, opt_s) for p in points]
     note = None if opt else "no separate optimizer timing: the fixed cost t0 includes the optimizer step"
     phi_hi = _gen_ceilings(peaks)[1]
     sol = _fit_train_line(costs, obs, opt_s, phi_hi)
@@ -863,7 +873,7 @@ def _fit_training(profile: Profile, points: list[TrainPoint], costs: Costs, peak
             bobs = []
             for o in obs:
                 idx = rng.integers(0, len(o.point.samples), len(o.point.samples))
-                bobs.append(TrainObs(o.b, o.seq_len, statistics.median(o.point.samples[i].step_s for i in idx)))
+                bobs.append(_train_obs(o.point, [o.point.samples[i] for i in idx], opt_s))
             try:
                 draws.append(np.exp(_fit_train_line(costs, bobs, opt_s, phi_hi, starts=[sol.x]).x))
             except UserError:
@@ -877,7 +887,7 @@ def _fit_training(profile: Profile, points: list[TrainPoint], costs: Costs, peak
             r = _fit_train_line(costs, rest, opt_s, phi_hi, extra_start=sol.x)
             lt0, lphi = (float(v) for v in np.exp(r.x))
             pred = train_step_s(o.b, o.seq_len, costs, lt0, lphi) + opt_s
-            loo[i] = o.step_s / pred - 1  # relative error of tokens/s = step_meas/step_pred - 1
+            loo[i] = o.measured_step_s / pred - 1  # relative error of tokens/s = step_meas/step_pred - 1
     else:
         warnings.append(f"only {len(obs)} training point(s): no leave-one-out error (measure at least 3 micro-batches)")
 
@@ -887,8 +897,8 @@ def _fit_training(profile: Profile, points: list[TrainPoint], costs: Costs, peak
         meas_tps = o.point.tokens_per_s
         pts.append(PointError(
             x=o.b, context_len=o.seq_len, measured_tokens_per_s=meas_tps, fitted_tokens_per_s=o.b * o.seq_len / fit_t,
-            loo_tokens_per_s=None if e is None else meas_tps * (1 + e), loo_rel_error=e, measured_s=o.step_s,
-            fitted_s=fit_t, loo_s=None if e is None else o.step_s / (1 + e)))
+            loo_tokens_per_s=None if e is None else meas_tps * (1 + e), loo_rel_error=e, measured_s=o.measured_step_s,
+            fitted_s=fit_t, loo_s=None if e is None else o.measured_step_s / (1 + e)))
     errs = [abs(e) for e in loo if e is not None]
     seq_lens = {o.seq_len for o in obs}
     if len(seq_lens) > 1:

@@ -12,9 +12,9 @@ matmul FLOPs: dispatch, attention, sampling. The fit uses it to separate the per
 overhead from the bandwidth term, which a sweep of the model alone cannot (both are constant
 in the concurrency).
 
-On CPU the attention defaults to transformers' ``eager`` implementation: for one-token
-decode steps the CPU ``sdpa`` kernel is slower (1.5x at concurrency 64 on a 2-core EPYC)
-and erratic; ``--engine-arg attn_implementation=sdpa`` restores it.
+On CPU the decode steps use transformers' ``eager`` attention: for one-token steps the CPU
+``sdpa`` kernel is slower (1.5x at concurrency 64 on a 2-core EPYC) and erratic. Prefill
+keeps ``sdpa``. ``--engine-arg attn_implementation=NAME`` uses NAME for both.
 """
 
 from __future__ import annotations
@@ -70,18 +70,20 @@ class HFGenerationBackend(InProcessTorchBackend):
 
             raise UserError(f"--engine-arg {unknown[0]} does not apply to --backend hf: it takes "
                             f"{' and '.join(HF_ENGINE_ARGS)} (other engine arguments are for --backend vllm)")
-        self.attn_implementation = str(args.get("attn_implementation") or ("eager" if device == "cpu" else "sdpa"))
+        chosen = args.get("attn_implementation")
+        self.prefill_attn = str(chosen or "sdpa")
+        self.decode_attn = str(chosen or ("eager" if device == "cpu" else "sdpa"))
         self.use_probe = args.get("overhead_probe", True) not in (False, 0, "false", "False", "off", "no")
 
     def start(self) -> None:
         self.model = build_model(self.resolved, self.dtype, self.device, self.seed,
-                                 attn_implementation=self.attn_implementation)
+                                 attn_implementation=self.prefill_attn)
         self.model.eval()
         if self.use_probe:
             overrides = probe_overrides(self.resolved.config)
             try:
                 self.probe = build_model(self.resolved, self.dtype, self.device, self.seed,
-                                         attn_implementation=self.attn_implementation, config_overrides=overrides)
+                                         attn_implementation=self.prefill_attn, config_overrides=overrides)
                 self.probe.eval()
                 self.probe_config = overrides
             except Exception as e:  # an architecture that cannot be narrowed: measure without the probe
@@ -94,7 +96,7 @@ class HFGenerationBackend(InProcessTorchBackend):
 
         return EngineInfo(name="transformers", version=transformers.__version__,
                           engine_args={"kv_cache": self.cache_kind or "static",
-                                       "attn_implementation": self.attn_implementation},
+                                       "attn_prefill": self.prefill_attn, "attn_decode": self.decode_attn},
                           overhead_probe=self.probe_config if self.probe is not None else None)
 
     def _new_cache(self, model, batch: int, max_len: int):
@@ -132,6 +134,7 @@ class HFGenerationBackend(InProcessTorchBackend):
         cache = self._new_cache(model, concurrency, prompt_len + output_len)
         steps: list[float] = []
 
+        model.config._attn_implementation = self.prefill_attn  # read at every forward, by every layer
         sync(self.device)
         t_start = time.perf_counter()
         out = model(input_ids=ids, past_key_values=cache, use_cache=True,
@@ -141,6 +144,7 @@ class HFGenerationBackend(InProcessTorchBackend):
         t_prefill = time.perf_counter() - t_start
         produced = [nxt]
         pos = torch.tensor([prompt_len], device=self.device)
+        model.config._attn_implementation = self.decode_attn
         for _ in range(output_len - 1):  # the prefill already produced the first token
             t = time.perf_counter()
             out = model(input_ids=nxt, past_key_values=cache, use_cache=True, cache_position=pos, logits_to_keep=1)
