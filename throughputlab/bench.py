@@ -28,7 +28,7 @@ class BenchSpec:
     only: Optional[str] = None  # "gen", "train" or None for both
     gen_backend: str = "hf"
     train_backend: str = "torch"
-    concurrency: Optional[list[int]] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64])  # None = auto
+    concurrency: Optional[list[int]] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64, 128])  # None = auto
     batch_sizes: Optional[list[int]] = field(default_factory=lambda: [1, 2, 4, 8])  # None = auto
     prompt_len: int = 64
     output_len: int = 32

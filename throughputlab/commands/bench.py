@@ -20,7 +20,7 @@ from throughputlab.commands.options import IntList, check_writable, default_prof
 @click.option("--backend", "gen_backend", type=click.Choice(["hf", "vllm", "openai"]), default="hf",
               help="Generation backend: hf (transformers loop), vllm (offline engine), openai (an endpoint).")
 @click.option("--train-backend", type=click.Choice(["torch"]), default="torch", help="Training backend.")
-@click.option("--concurrency", "-c", type=IntList(allow_auto=True), default="1,2,4,8,16,32,64",
+@click.option("--concurrency", "-c", type=IntList(allow_auto=True), default="1,2,4,8,16,32,64,128",
               help="Generation concurrencies (sequences decoded together), or `auto` (double until tokens/s stops growing).")
 @click.option("--batch-sizes", "-b", type=IntList(allow_auto=True), default="1,2,4,8",
               help="Training micro-batch sizes, or `auto` (double until tokens/s stops growing or memory runs out).")
