@@ -8,7 +8,7 @@ import pytest
 
 from throughputlab.models import resolve_model
 from throughputlab.profile import Environment, GenSample, Hardware, Profile, SweepSettings, TrainSample
-from throughputlab.sweep import Hygiene, largest_fitting, run_generation, run_training
+from throughputlab.sweep import Extras, Hygiene, largest_fitting, run_generation, run_training
 
 
 class ScriptedOOM(RuntimeError):
@@ -121,6 +121,47 @@ def test_interrupt_keeps_finished_points_and_resume_skips_them(tmp_path):
     final = Profile.load(path)
     assert [p.concurrency for p in final.generation] == [1, 2, 4, 8, 16]
     assert all(final.find(("generation", "scripted", c, 4, 4)).measured_at == s for c, s in stamps.items())
+
+
+class InterruptedSampler:
+    """Ctrl-C arrives while the telemetry sampler is starting (inside psutil, in a real run)."""
+
+    stopped = 0
+
+    def __init__(self, pids):
+        pass
+
+    def start(self):
+        raise KeyboardInterrupt
+
+    def stop(self):
+        InterruptedSampler.stopped += 1
+        raise RuntimeError("stop() before start()")
+
+
+class FailingRecorder:
+    def start(self, label, pids):
+        pass
+
+    def stop(self):
+        raise OSError("py-spy vanished")
+
+
+def test_ctrl_c_while_an_instrument_starts_is_still_an_interrupt(tmp_path):
+    path = tmp_path / "p.json"
+    prof = new_profile()
+    extras = Extras(telemetry=InterruptedSampler)
+    with pytest.raises(KeyboardInterrupt):
+        run_generation(prof, path, ScriptedBackend(lambda c: 10.0), [1, 2], prompt_len=4, output_len=4, hygiene=H,
+                       extras=extras)
+    assert InterruptedSampler.stopped == 0  # never started, so never stopped
+
+
+def test_an_instrument_that_fails_to_stop_does_not_lose_the_point(tmp_path):
+    prof = new_profile()
+    run_generation(prof, tmp_path / "p.json", ScriptedBackend(lambda c: 10.0), [1], prompt_len=4, output_len=4,
+                   hygiene=H, extras=Extras(pyspy=FailingRecorder()))
+    assert prof.generation[0].status == "ok" and prof.generation[0].host_profile is None
 
 
 def test_error_points_are_recorded_and_sweep_goes_on(tmp_path):

@@ -148,8 +148,9 @@ def measure_point(make: Callable[[], Point], run_once: Callable[[], object], bac
             run_once()
         point.warmup_runs = hygiene.warmup
         if extras.telemetry is not None:
-            sampler = extras.telemetry(backend.pids)
-            sampler.start()
+            started = extras.telemetry(backend.pids)
+            started.start()
+            sampler = started  # only a started sampler is stopped (Ctrl-C may land inside start)
         if extras.pyspy is not None and (not extras.pyspy_points or x in extras.pyspy_points):
             recorder = extras.pyspy
             recorder.start(f"{kind}-{x}", backend.pids())
@@ -173,11 +174,17 @@ def measure_point(make: Callable[[], Point], run_once: Callable[[], object], bac
         release = getattr(backend, "release", None)
         if release:
             release()
-    finally:
+    finally:  # an instrument that fails to stop must not hide why the point ended (Ctrl-C, OOM)
         if sampler is not None:
-            point.telemetry = sampler.stop()
+            try:
+                point.telemetry = sampler.stop()
+            except Exception as e:
+                log.warning("telemetry of %s %d lost: %s", kind, x, _first_line(e))
         if recorder is not None:
-            point.host_profile = recorder.stop()
+            try:
+                point.host_profile = recorder.stop()
+            except Exception as e:
+                log.warning("py-spy recording of %s %d lost: %s", kind, x, _first_line(e))
     point.peak_mem_bytes = backend.peak_memory_bytes()
     return point
 
