@@ -84,3 +84,24 @@ def test_cli_fit_stores_and_prints(tmp_path, measured, capsys):
     out = capsys.readouterr().out
     assert "knee at concurrency" in out and "held-out tokens/s error" in out and "fit stored" in out
     assert json.loads((tmp_path / "p.json").read_text())["fit"]["method"] == "fit"
+
+
+def test_overhead_probe_is_drawn_and_lowers_the_compute_ceiling():
+    from throughputlab.report.profile_report import generation_figure, step_figure
+
+    true = {"t0": 5e-3, "bw": 12e9, "phi": 60e9, "pre_t0": 4e-3, "pre_phi": 90e9, "train_t0": 0.05,
+            "train_phi": 40e9, "mem0": 1.6e9, "mem_per": 0.25e9, "t_seq": 1e-3}
+    p = make_profile(concurrencies=(1, 2, 4, 8, 16, 32, 64), micro_batches=(), noise=0.005, true=true,
+                     probe={"hidden_size": 64, "intermediate_size": 64})
+    fit = fit_profile(p)
+    steps = step_figure([(p, fit, "#000")])
+    probe = [t for t in steps.data if "overhead probe step" in t.name]
+    assert len(probe) == 2 and list(probe[0].x) == [1, 2, 4, 8, 16, 32, 64]
+    gen = generation_figure([(p, fit, "#000")])
+    ceiling = next(t for t in gen.data if "compute ceiling" in t.name)
+    m, s = fit.model, fit.generation.context_len
+    per_seq = (m.costs.flops_per_token + s * m.costs.attn_flops_per_ctx_token) / m.decode.phi_flops_per_s
+    assert ceiling.y[0] == pytest.approx(1 / (per_seq + m.decode.t_seq_s), rel=1e-9)
+    assert "t_seq" in ceiling.name
+    # the measured tokens/s stay below the ceiling that includes the per-sequence cost
+    assert max(g.tokens_per_s for g in p.generation) < ceiling.y[0]

@@ -116,10 +116,11 @@ def generation_figure(items: list[tuple[Profile, Optional[FitResult], str]]):
                                  hovertemplate="concurrency %{x:.3g}<br>%{y:.4g} tokens/s<extra></extra>"))
         d, k = m.decode, m.costs
         mem = [c * d.bw_bytes_per_s / (k.weight_bytes_for(c) + c * s * k.kv_bytes_per_token) for c in cs]
-        ceiling = d.phi_flops_per_s / (k.flops_per_token + s * k.attn_flops_per_ctx_token)
+        # large c: each sequence costs its FLOPs plus the per-sequence cost (0 without an overhead probe)
+        ceiling = 1.0 / ((k.flops_per_token + s * k.attn_flops_per_ctx_token) / d.phi_flops_per_s + d.t_seq_s)
         fig.add_trace(go.Scatter(x=cs, y=mem, mode="lines", name=_t(f"{label}: memory roofline c*BW/(W+c*s*k)"),
                                  line=dict(color=color, dash="dot", width=1)))
-        _hline(fig, ceiling, cs[0], cs[-1], f"{label}: compute ceiling PHI/(F+s*a)", color, dash="dash")
+        _hline(fig, ceiling, cs[0], cs[-1], f"{label}: compute ceiling " + ("1/((F+s*a)/PHI + t_seq)" if d.t_seq_s else "PHI/(F+s*a)"), color, dash="dash")
         if knee is not None:
             _vline(fig, knee, min(meds) / 2, ceiling * 1.2, f"{label}: decode knee c*={knee:.3g}", color, dash="dashdot")
         e2e = generation_knee(m, prompt_len, output_len)
