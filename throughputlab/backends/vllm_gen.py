@@ -26,6 +26,8 @@ environment or as ``--engine-arg NAME=VALUE``, replaces the default.
 
 from __future__ import annotations
 
+import contextlib
+
 import dataclasses
 import difflib
 import gc
@@ -259,7 +261,9 @@ class VLLMGenerationBackend:
         # processes start, which copy them; this process's threads and later sweeps keep theirs.
         engine_env = [_EnvOverride(k, v, force=True) for k, v in self._engine_env.items()]
         try:
-            with rpc_env, _Stack(engine_env):
+            with rpc_env, contextlib.ExitStack() as stack:
+                for override in engine_env:
+                    stack.enter_context(override)
                 self.llm = vllm.LLM(**self._engine_kwargs)
         except (TypeError, ValueError) as e:  # engine-argument validation: a user mistake
             self._track_engine_procs(me, before)
@@ -451,23 +455,6 @@ class _EnvOverride:
                 os.environ.pop(self.key, None)
             else:
                 os.environ[self.key] = self.old
-
-
-class _Stack:
-    """Enter a list of context managers, exit them in reverse order."""
-
-    def __init__(self, items: list):
-        self.items, self.entered = items, []
-
-    def __enter__(self):
-        for item in self.items:
-            item.__enter__()
-            self.entered.append(item)
-        return self
-
-    def __exit__(self, *exc):
-        while self.entered:
-            self.entered.pop().__exit__(*exc)
 
 
 def _vllm_envs():
