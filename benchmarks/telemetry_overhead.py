@@ -1,6 +1,6 @@
 """What the telemetry sampler costs: tokens/s with the sampler on against off, side by side.
 
-    python benchmarks/telemetry_overhead.py                      # hf backend, tiny model, c=4 (about 1 min on 2 cores)
+    python benchmarks/telemetry_overhead.py                      # hf backend, tiny model, c=4, 60 rounds (about 2 min on 2 cores)
     python benchmarks/telemetry_overhead.py --backend vllm -c 16
     python benchmarks/telemetry_overhead.py --model demo        # a 100M model, slower
     python benchmarks/telemetry_overhead.py --hz 50 --rounds 30
@@ -30,7 +30,7 @@ def main() -> int:
     ap.add_argument("-c", "--concurrency", type=int, default=4)
     ap.add_argument("--prompt-len", type=int, default=32)
     ap.add_argument("--output-len", type=int, default=32)
-    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--rounds", type=int, default=60, help="rounds; single rounds scatter by several percent")
     ap.add_argument("--runs", type=int, default=3, help="runs of the point per side per round")
     ap.add_argument("--hz", type=float, default=20.0)
     ap.add_argument("--device", default="auto")
