@@ -52,6 +52,7 @@ def test_hardware_describes_cpu_and_measures():
     assert hw["device_type"] == "cpu" and hw["datasheet"] is None
     mb = hw["microbench"]
     assert mb["copy_bandwidth_bytes_per_s"] > 1e8 and mb["matmul_flops_per_s"] > 1e8
+    assert mb["gemv_bandwidth_bytes_per_s"] > 1e8 and mb["gemv_bytes"] >= 2**28  # beyond the caches
 
 
 @pytest.mark.parametrize("args,fragments", [

@@ -99,9 +99,10 @@ class Peaks(_Strict):
     datasheet_bytes_per_s: Optional[float] = None
     datasheet_flops_per_s: Optional[float] = None
     datasheet_source: Optional[str] = None
-    microbench_bytes_per_s: Optional[float] = None
+    microbench_bytes_per_s: Optional[float] = None  # the copy benchmark
     microbench_flops_per_s: Optional[float] = None
     microbench_dtype: Optional[str] = None
+    microbench_gemv_bytes_per_s: Optional[float] = None  # matrix-vector reads, the decode's access pattern
 
 
 class GenerationFit(_Strict):
@@ -315,6 +316,7 @@ def peaks_of(profile: Profile) -> Peaks:
         microbench_bytes_per_s=mb.copy_bandwidth_bytes_per_s if mb else None,
         microbench_flops_per_s=mb.matmul_flops_per_s if mb else None,
         microbench_dtype=mb.dtype if mb else None,
+        microbench_gemv_bytes_per_s=mb.gemv_bandwidth_bytes_per_s if mb else None,
     )
 
 
@@ -984,7 +986,9 @@ def summary_lines(result: FitResult) -> list[str]:
         lines += [_param_line(e) for e in g.params]
         bw = next(e.value for e in g.params if e.name == "bw_bytes_per_s")
         phi = next(e.value for e in g.params if e.name == "phi_flops_per_s")
-        lines.append(f"  BW vs microbench {_ratio(bw, pk.microbench_bytes_per_s)}, vs datasheet "
+        gemv = (f" (matrix-vector {_ratio(bw, pk.microbench_gemv_bytes_per_s)})"
+                if pk.microbench_gemv_bytes_per_s else "")
+        lines.append(f"  BW vs microbench {_ratio(bw, pk.microbench_bytes_per_s)}{gemv}, vs datasheet "
                      f"{_ratio(bw, pk.datasheet_bytes_per_s)}; PHI vs microbench {_ratio(phi, pk.microbench_flops_per_s)}, "
                      f"vs datasheet {_ratio(phi, pk.datasheet_flops_per_s)}")
         lines.append(f"  {g.knee_note}")

@@ -80,15 +80,20 @@ class CpuInfo(_Strict):
 
 
 class MicroBench(_Strict):
-    """The probe's own measurements: a large copy for bandwidth, a large matmul for FLOP/s."""
+    """The probe's own measurements: a large copy for bandwidth, a large matmul for FLOP/s, and
+    matrix-vector products over matrices far larger than the caches (the decode step's access
+    pattern) for the bandwidth the dtype's kernels reach."""
 
     dtype: str
     copy_bandwidth_bytes_per_s: Optional[float] = None  # read + write bytes / time
     matmul_flops_per_s: Optional[float] = None
+    gemv_bandwidth_bytes_per_s: Optional[float] = None  # matrix bytes read / time (absent in older profiles)
     copy_samples_s: list[float] = []
     matmul_samples_s: list[float] = []
+    gemv_samples_s: list[float] = []
     copy_bytes: Optional[int] = None
     matmul_n: Optional[int] = None
+    gemv_bytes: Optional[int] = None
 
 
 class DatasheetPeak(_Strict):

@@ -43,8 +43,10 @@ def hardware(device: str, dtype: str, no_bench: bool, as_json: bool) -> None:
         click.echo("datasheet: no row for this device (peaks come from the micro-benchmarks only)")
     if hw.microbench:
         m = hw.microbench
+        gemv = (f"matrix-vector {m.gemv_bandwidth_bytes_per_s / 1e9:,.1f} GB/s (weights read), "
+                if m.gemv_bandwidth_bytes_per_s else "")
         click.echo(f"measured ({m.dtype}): copy {m.copy_bandwidth_bytes_per_s / 1e9:,.1f} GB/s (read+write), "
-                   f"matmul {m.matmul_flops_per_s / 1e12:,.3f} TFLOP/s (n={m.matmul_n})")
+                   f"{gemv}matmul {m.matmul_flops_per_s / 1e12:,.3f} TFLOP/s (n={m.matmul_n})")
 
 
 @click.command()

@@ -122,8 +122,15 @@ def cpu_has_native_bf16() -> bool:
 
 
 def microbench(device: str, dtype: str, *, copy_mib: Optional[int] = None, matmul_n: Optional[int] = None,
-               repeats: int = 5) -> MicroBench:
-    """Copy bandwidth (read + write bytes per second) and matmul FLOP/s, medians of ``repeats``."""
+               gemv_mib: Optional[int] = None, repeats: int = 5) -> MicroBench:
+    """Copy bandwidth (read + write bytes per second), matrix-vector read bandwidth and matmul
+    FLOP/s, medians of ``repeats``.
+
+    The matrix-vector figure is what a memory-bound decode step does with every weight matrix:
+    one token's activations times a matrix that is read once from memory. Set against the copy
+    it shows how much of the memory system the dtype's matrix-vector kernels can use (on CPUs
+    often well under the copy figure, on GPUs close to it).
+    """
     import torch
 
     tdtype = getattr(torch, dtype)
@@ -149,6 +156,24 @@ def microbench(device: str, dtype: str, *, copy_mib: Optional[int] = None, matmu
     nbytes = 2 * src.numel() * src.element_size()
     del src, dst
 
+    # several square matrices, together far beyond the last-level cache, each read once per pass
+    gemv_mib = gemv_mib or (2048 if cuda else 256)
+    side = 8192 if cuda else 4096
+    mat_bytes = side * side * torch.finfo(tdtype).bits // 8
+    mats = [torch.randn(side, side, dtype=tdtype, device=device) for _ in range(max(1, gemv_mib * 2**20 // mat_bytes))]
+    vec = torch.randn(1, side, dtype=tdtype, device=device)
+    gemv_t = []
+    for i in range(repeats + 1):
+        sync()
+        t = time.perf_counter()
+        for m in mats:
+            torch.nn.functional.linear(vec, m)
+        sync()
+        if i:
+            gemv_t.append(time.perf_counter() - t)
+    gemv_bytes = len(mats) * mat_bytes
+    del mats, vec
+
     a = torch.randn(matmul_n, matmul_n, dtype=tdtype, device=device)
     b = torch.randn(matmul_n, matmul_n, dtype=tdtype, device=device)
     mm_t = []
@@ -166,7 +191,9 @@ def microbench(device: str, dtype: str, *, copy_mib: Optional[int] = None, matmu
         dtype=dtype,
         copy_bandwidth_bytes_per_s=nbytes / statistics.median(copy_t),
         matmul_flops_per_s=2.0 * matmul_n**3 / statistics.median(mm_t),  # 2 FLOPs per multiply-add
+        gemv_bandwidth_bytes_per_s=gemv_bytes / statistics.median(gemv_t),
         copy_samples_s=copy_t, matmul_samples_s=mm_t, copy_bytes=nbytes, matmul_n=matmul_n,
+        gemv_samples_s=gemv_t, gemv_bytes=gemv_bytes,
     )
 
 

@@ -349,7 +349,9 @@ def fit_tables(p: Profile, fit: FitResult) -> tuple[list[str], list[tuple[str, p
     pk = fit.peaks
     peaks = pd.DataFrame([
         {"peak": "memory bandwidth", "datasheet": _fmt(pk.datasheet_bytes_per_s, "B/s"),
-         "micro-benchmark": _fmt(pk.microbench_bytes_per_s, "B/s")},
+         "micro-benchmark": (_fmt(pk.microbench_bytes_per_s, "B/s") + " (copy)" if pk.microbench_bytes_per_s else "")},
+        {"peak": "matrix-vector read bandwidth (the decode's access pattern)", "datasheet": "",
+         "micro-benchmark": _fmt(pk.microbench_gemv_bytes_per_s, "B/s")},
         {"peak": f"FLOP/s ({pk.dtype}; microbench {pk.microbench_dtype or 'n/a'})",
          "datasheet": _fmt(pk.datasheet_flops_per_s, "FLOP/s"), "micro-benchmark": _fmt(pk.microbench_flops_per_s, "FLOP/s")},
     ])
@@ -375,6 +377,7 @@ def environment_table(p: Profile) -> pd.DataFrame:
     if hw.microbench:
         mb = hw.microbench
         rows.append(("micro-benchmarks", f"copy {_fmt(mb.copy_bandwidth_bytes_per_s, 'B/s')}, "
+                                         f"matrix-vector {_fmt(mb.gemv_bandwidth_bytes_per_s, 'B/s')}, "
                                          f"matmul {_fmt(mb.matmul_flops_per_s, 'FLOP/s')} ({mb.dtype})"))
     if p.engine:
         e = p.engine

@@ -1,0 +1,37 @@
+"""The probe's micro-benchmarks, run for real on the CPU at small sizes."""
+
+from __future__ import annotations
+
+from throughputlab.fit import fit_profile, summary_lines
+from throughputlab.hardware.probe import microbench
+from throughputlab.profile import MicroBench
+
+from _synth import make_profile
+
+
+def test_microbench_measures_copy_matrix_vector_and_matmul():
+    mb = microbench("cpu", "float32", copy_mib=8, matmul_n=64, gemv_mib=96, repeats=2)
+    side_bytes = 4096 * 4096 * 4  # one float32 matrix of the CPU size
+    assert mb.gemv_bytes == side_bytes  # 96 MiB asked: one 64 MiB matrix (whole matrices only)
+    assert len(mb.gemv_samples_s) == 2 and len(mb.copy_samples_s) == 2 and len(mb.matmul_samples_s) == 2
+    # each figure is its bytes (or FLOPs) over the median of its own samples
+    assert mb.gemv_bandwidth_bytes_per_s * sorted(mb.gemv_samples_s)[0] <= mb.gemv_bytes * (1 + 1e-9)
+    assert mb.gemv_bandwidth_bytes_per_s * sorted(mb.gemv_samples_s)[-1] >= mb.gemv_bytes * (1 - 1e-9)
+    assert mb.copy_bytes == 2 * 8 * 2**20
+    assert mb.gemv_bandwidth_bytes_per_s > 1e8 and mb.copy_bandwidth_bytes_per_s > 1e8
+
+
+def test_fit_summary_sets_bandwidth_against_copy_and_matrix_vector():
+    prof = make_profile(seed=3)
+    prof.hardware.microbench = MicroBench(dtype="float32", copy_bandwidth_bytes_per_s=14e9, matmul_flops_per_s=70e9,
+                                          gemv_bandwidth_bytes_per_s=7e9)
+    r = fit_profile(prof)
+    bw = next(e.value for e in r.generation.params if e.name == "bw_bytes_per_s")
+    assert r.peaks.microbench_gemv_bytes_per_s == 7e9
+    line = next(x for x in summary_lines(r) if "BW vs microbench" in x)
+    assert f"BW vs microbench {bw / 14e9:.2f}x (matrix-vector {bw / 7e9:.2f}x)" in line
+    # an older profile without the matrix-vector figure says nothing about it
+    prof.hardware.microbench.gemv_bandwidth_bytes_per_s = None
+    line = next(x for x in summary_lines(fit_profile(prof)) if "BW vs microbench" in x)
+    assert "matrix-vector" not in line
+
