@@ -275,7 +275,7 @@ def main() -> int:
             out = work / f"bench-{r}.json"
             cmd = [sys.executable, "-m", "throughputlab", "bench", "--backend", "vllm", "--model", args.model,
                    "--only", "gen", "-c", args.concurrency, "--prompt-len", str(args.prompt_len), "--output-len",
-                   str(args.output_len), "--repeats", str(args.repeats), "--dtype", args.dtype,
+                   str(args.output_len), "--repeats", str(args.repeats), "--rounds", "1", "--dtype", args.dtype,
                    "-o", str(out), *[f"--engine-arg={e}" for e in args.engine_arg or []]]
             print(f"throughputlab bench, round {r} ...", " ".join(cmd[2:]), flush=True)
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)

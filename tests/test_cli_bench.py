@@ -13,7 +13,7 @@ import pytest
 from conftest import assert_user_error, run_cli
 from throughputlab.profile import Profile
 
-FAST = ["--model", "tiny", "--prompt-len", "8", "--output-len", "4", "--seq-len", "16", "--repeats", "2",
+FAST = ["--model", "tiny", "--prompt-len", "8", "--output-len", "4", "--seq-len", "16", "--repeats", "2", "--rounds", "1",
         "--warmup", "1", "--no-telemetry"]
 
 
@@ -154,3 +154,16 @@ def test_resume_refuses_a_different_model(tmp_path):
     assert run_cli("bench", *FAST, "--only", "train", "-b", "1", "-o", str(out)).returncode == 0
     r = run_cli("bench", "--model", "demo", "--only", "train", "-b", "1", "-o", str(out), "--resume")
     assert_user_error(r, "tiny", "another --output")
+
+
+
+def test_bench_rounds_revisit_every_point(tmp_path):
+    out = tmp_path / "r.json"
+    r = run_cli("bench", "--model", "tiny", "--prompt-len", "8", "--output-len", "4", "--seq-len", "16",
+                "--no-telemetry", "-c", "1,2", "-b", "1,2", "--rounds", "2", "--repeats", "2", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    prof = Profile.load(out)
+    assert prof.settings.rounds == 2 and prof.settings.repeats == 2
+    for p in prof.generation + prof.training:
+        assert p.status == "ok" and p.rounds == 2
+        assert len(p.samples) == 4 + 2 * p.remeasured  # two visits of two runs, plus any re-measurement

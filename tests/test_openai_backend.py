@@ -155,7 +155,7 @@ def test_streams_ttft_and_inter_token_latencies(server, c):
 def test_bench_cli_against_the_server(server, tmp_path):
     out = tmp_path / "openai.json"
     r = run_cli("bench", "--backend", "openai", "--url", server["url"], "--model", "tiny", "--only", "gen",
-                "-c", "1,4", "--prompt-len", "16", "--output-len", "8", "--repeats", "2", "--max-cv", "10",
+                "-c", "1,4", "--prompt-len", "16", "--output-len", "8", "--repeats", "2", "--rounds", "1", "--max-cv", "10",
                 "-o", str(out), timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     from throughputlab.profile import Profile

@@ -175,3 +175,141 @@ def test_error_points_are_recorded_and_sweep_goes_on(tmp_path):
     run_generation(prof, tmp_path / "p.json", Flaky(lambda c: 10.0), [1, 2, 4], prompt_len=4, output_len=4, hygiene=H)
     assert [(p.concurrency, p.status) for p in prof.generation] == [(1, "ok"), (2, "error"), (4, "ok")]
     assert "kernel exploded" in prof.generation[1].error
+
+
+R3 = Hygiene(warmup=1, repeats=1, max_cv=0.5, max_remeasure=2, rounds=3)
+
+
+class Timeline(ScriptedBackend):
+    """The machine's speed changes over time: call number -> slowdown factor; optional Ctrl-C
+    or failure at a given call number (counting warm-ups)."""
+
+    def __init__(self, tps, slow=None, interrupt_call=None, fail_call=None):
+        super().__init__(tps)
+        self.slow, self.interrupt_call, self.fail_call = slow or {}, interrupt_call, fail_call
+
+    def run(self, c, prompt_len, output_len):
+        n = len(self.calls)
+        if n == self.interrupt_call:
+            self.calls.append(c)
+            raise KeyboardInterrupt
+        if n == self.fail_call:
+            self.calls.append(c)
+            raise RuntimeError("engine hiccup")
+        sample = super().run(c, prompt_len, output_len)
+        sample.total_s *= self.slow.get(n, 1.0)
+        return sample
+
+
+def test_rounds_interleave_points_and_keep_every_sample(tmp_path):
+    backend = Timeline(lambda c: 10.0 * c)
+    prof = new_profile()
+    run_generation(prof, tmp_path / "p.json", backend, [1, 2, 4], prompt_len=4, output_len=4, hygiene=R3)
+    # round 1: warm-up + one run per point; rounds 2 and 3: one run per point, no warm-up
+    assert backend.calls == [1, 1, 2, 2, 4, 4, 1, 2, 4, 1, 2, 4]
+    saved = Profile.load(tmp_path / "p.json")
+    assert [(p.concurrency, len(p.samples), p.rounds, p.remeasured) for p in saved.generation] == \
+        [(1, 3, 3, 0), (2, 3, 3, 0), (4, 3, 3, 0)]
+
+
+def test_a_slow_spell_moves_one_sample_per_point_not_a_whole_point(tmp_path):
+    # the machine is 30% slower for three consecutive timed runs (calls 6, 7, 8)
+    slow = {6: 1.3, 7: 1.3, 8: 1.3}
+    one_go = Timeline(lambda c: 10.0 * c, slow=slow)
+    prof = new_profile()
+    run_generation(prof, tmp_path / "a.json", one_go, [1, 2, 4], prompt_len=4, output_len=4,
+                   hygiene=Hygiene(warmup=1, repeats=3, max_cv=0.5, rounds=1))
+    off = [p.tokens_per_s / (10.0 * p.concurrency) - 1 for p in prof.generation]
+    assert min(off) < -0.2  # one point took the whole spell: its median is 23% low
+
+    rounds = Timeline(lambda c: 10.0 * c, slow=slow)
+    prof = new_profile()
+    run_generation(prof, tmp_path / "b.json", rounds, [1, 2, 4], prompt_len=4, output_len=4,
+                   hygiene=Hygiene(warmup=1, repeats=1, max_cv=0.5, rounds=3))
+    assert all(p.tokens_per_s == pytest.approx(10.0 * p.concurrency) for p in prof.generation)
+
+
+def test_interrupt_in_a_later_round_keeps_samples_and_resume_adds_only_missing_rounds(tmp_path):
+    path = tmp_path / "p.json"
+    prof = new_profile()
+    backend = Timeline(lambda c: 10.0 * c, interrupt_call=7)  # round 2, at concurrency 2
+    with pytest.raises(KeyboardInterrupt):
+        run_generation(prof, path, backend, [1, 2, 4], prompt_len=4, output_len=4, hygiene=R3)
+    saved = Profile.load(path)
+    assert [(p.concurrency, len(p.samples), p.rounds) for p in saved.generation] == [(1, 2, 2), (2, 1, 1), (4, 1, 1)]
+    first = {p.concurrency: p.samples[0].total_s for p in saved.generation}
+
+    again = Timeline(lambda c: 10.0 * c)
+    run_generation(saved, path, again, [1, 2, 4], prompt_len=4, output_len=4, hygiene=R3)
+    assert again.calls == [2, 4, 1, 2, 4]  # rounds 2 (what was missing) and 3; no warm-up, no first round
+    final = Profile.load(path)
+    assert [(p.concurrency, len(p.samples), p.rounds) for p in final.generation] == [(1, 3, 3), (2, 3, 3), (4, 3, 3)]
+    assert all(p.samples[0].total_s == first[p.concurrency] for p in final.generation)
+
+
+def test_a_failed_later_visit_keeps_the_point_and_its_samples(tmp_path):
+    backend = Timeline(lambda c: 10.0 * c, fail_call=7)  # round 2, concurrency 2
+    prof = new_profile()
+    run_generation(prof, tmp_path / "p.json", backend, [1, 2, 4], prompt_len=4, output_len=4, hygiene=R3)
+    p2 = prof.generation[1]
+    assert p2.status == "ok" and len(p2.samples) == 2 and p2.rounds == 2  # rounds 1 and 3
+    assert "visit 2 failed" in p2.error and "engine hiccup" in p2.error
+    assert backend.released == 1
+    assert [len(p.samples) for p in prof.generation] == [3, 2, 3]
+
+
+def test_a_point_still_noisy_after_the_last_round_adds_whole_rounds(tmp_path):
+    # concurrency 2 is 3x slow in round 2 (call 7): spread far above max_cv after three rounds
+    backend = Timeline(lambda c: 10.0 * c, slow={7: 3.0})
+    prof = new_profile()
+    run_generation(prof, tmp_path / "p.json", backend, [1, 2, 4], prompt_len=4, output_len=4,
+                   hygiene=Hygiene(warmup=1, repeats=1, max_cv=0.1, max_remeasure=2, rounds=3))
+    # every point gets the extra rounds, so a slow spell cannot land on the noisy point alone;
+    # at most max_remeasure of them (the slow sample keeps the spread above 10%)
+    assert backend.calls[12:] == [1, 2, 4, 1, 2, 4]
+    assert [(p.remeasured, len(p.samples), p.rounds) for p in prof.generation] == [(2, 5, 3)] * 3
+    assert prof.generation[1].tokens_per_s == pytest.approx(20.0)  # the median of five ignores the slow one
+
+
+def test_extra_rounds_stop_once_no_point_is_noisy(tmp_path):
+    backend = Timeline(lambda c: 10.0 * c, slow={7: 1.5})  # 50% slow once: spread 24% after 3 samples
+    prof = new_profile()
+    run_generation(prof, tmp_path / "p.json", backend, [1, 2], prompt_len=4, output_len=4,
+                   hygiene=Hygiene(warmup=1, repeats=1, max_cv=0.2, max_remeasure=5, rounds=3))
+    # calls: 0-3 round 1, 4-5 round 2, 6-7 round 3 (7 slow), then one extra round brings the spread under 20%
+    assert backend.calls[8:] == [1, 2]
+    assert all(p.remeasured == 1 and len(p.samples) == 4 for p in prof.generation)
+
+
+class CountingSampler:
+    def __init__(self, pids):
+        pass
+
+    def start(self):
+        pass
+
+    def stop(self):
+        from throughputlab.profile import TelemetrySummary
+
+        return TelemetrySummary(source="host", hz=20.0, n_samples=10, mean={"host_cpu_pct": 50.0},
+                                max={"host_cpu_pct": 60.0})
+
+
+def test_telemetry_of_every_visit_is_merged(tmp_path):
+    prof = new_profile()
+    run_generation(prof, tmp_path / "p.json", Timeline(lambda c: 10.0), [1, 2], prompt_len=4, output_len=4,
+                   hygiene=R3, extras=Extras(telemetry=CountingSampler))
+    assert all(p.telemetry.n_samples == 30 for p in prof.generation)
+
+
+def test_telemetry_summaries_combine_by_sample_count():
+    from throughputlab.profile import TelemetrySummary
+
+    a = TelemetrySummary(source="host", hz=20.0, n_samples=10, mean={"cpu": 50.0, "rss": 1.0}, max={"cpu": 60.0},
+                         throttled=False)
+    b = TelemetrySummary(source="host", hz=10.0, n_samples=30, mean={"cpu": 90.0}, max={"cpu": 95.0, "rss": 2.0},
+                         throttled=True, throttle_reasons=["thermal"])
+    c = a.combined(b)
+    assert c.n_samples == 40 and c.mean["cpu"] == pytest.approx(80.0) and c.mean["rss"] == 1.0
+    assert c.max == {"cpu": 95.0, "rss": 2.0} and c.hz == pytest.approx(12.5)
+    assert c.throttled and c.throttle_reasons == ["thermal"]

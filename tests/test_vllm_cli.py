@@ -31,7 +31,7 @@ def test_ctrl_c_after_first_point_leaves_nothing_running(tmp_path):
     tmpdir = tempfile.mkdtemp(prefix="tl-", dir="/tmp")
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "TMPDIR": str(tmpdir)}
     cmd = [sys.executable, "-m", "throughputlab", "bench", "--backend", "vllm", "--model", "tiny", "--only", "gen",
-           "-c", "1,2,4,8,16,32,64", "--prompt-len", "16", "--output-len", "32", "--repeats", "3",
+           "-c", "1,2,4,8,16,32,64", "--prompt-len", "16", "--output-len", "32", "--repeats", "3", "--rounds", "1",
            "--engine-arg", "enforce_eager=true", "--py-spy", "--py-spy-points", "1", "-o", str(out)]
     # Its own process group, as a terminal's foreground job: Ctrl-C reaches every process in it.
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,

@@ -36,7 +36,8 @@ class BenchSpec:
     dtype: str = "auto"
     device: str = "auto"
     warmup: int = 1
-    repeats: int = 3
+    repeats: int = 1
+    rounds: int = 3
     max_cv: float = 0.10
     max_remeasure: int = 2
     auto_cap: int = 1024
@@ -58,7 +59,7 @@ class BenchSpec:
     def validate(self) -> None:
         if self.only not in (None, "gen", "train"):
             raise UserError(f"--only must be gen or train, got {self.only!r}")
-        for name in ("prompt_len", "output_len", "seq_len", "repeats"):
+        for name in ("prompt_len", "output_len", "seq_len", "repeats", "rounds"):
             if getattr(self, name) <= 0:
                 raise UserError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(self, name)}")
         if self.output_len < 2:
@@ -110,7 +111,7 @@ def run_bench(spec: BenchSpec, hooks: Hooks = Hooks()) -> Profile:
                              train_backend=spec.train_backend if spec.run_train else None,
                              prompt_len=spec.prompt_len, output_len=spec.output_len, seq_len=spec.seq_len,
                              warmup=spec.warmup, repeats=spec.repeats, max_cv=spec.max_cv,
-                             max_remeasure=spec.max_remeasure, seed=spec.seed)
+                             max_remeasure=spec.max_remeasure, rounds=spec.rounds, seed=spec.seed)
     if spec.resume and spec.output.exists():
         profile = Profile.load(spec.output)
         check_resumable(profile, resolved.spec.name, {"dtype": dtype, "device": device})
@@ -121,7 +122,8 @@ def run_bench(spec: BenchSpec, hooks: Hooks = Hooks()) -> Profile:
                           settings=settings)
     profile.save(spec.output)
 
-    hygiene = Hygiene(warmup=spec.warmup, repeats=spec.repeats, max_cv=spec.max_cv, max_remeasure=spec.max_remeasure)
+    hygiene = Hygiene(warmup=spec.warmup, repeats=spec.repeats, max_cv=spec.max_cv, max_remeasure=spec.max_remeasure,
+                      rounds=spec.rounds)
     extras = _extras(spec)
     try:
         if gen_cls is not None:

@@ -129,6 +129,21 @@ class TelemetrySummary(_Strict):
     throttled: bool = False
     throttle_reasons: list[str] = []
 
+    def combined(self, other: "TelemetrySummary") -> "TelemetrySummary":
+        """One summary over two sampling windows (a point visited twice): means weighted by
+        sample count, maxima of maxima."""
+        if other.source != self.source or other.n_samples == 0:
+            return self if self.n_samples else other
+        n = self.n_samples + other.n_samples
+        mean = {k: (self.mean.get(k, v) * self.n_samples + v * other.n_samples) / n if k in self.mean else v
+                for k, v in other.mean.items()}
+        mean.update({k: v for k, v in self.mean.items() if k not in other.mean})
+        peak = {**self.max, **{k: max(v, self.max.get(k, v)) for k, v in other.max.items()}}
+        reasons = self.throttle_reasons + [r for r in other.throttle_reasons if r not in self.throttle_reasons]
+        return TelemetrySummary(source=self.source, hz=(self.hz * self.n_samples + other.hz * other.n_samples) / n,
+                                n_samples=n, mean=mean, max=peak, throttled=self.throttled or other.throttled,
+                                throttle_reasons=reasons)
+
 
 class HostProfile(_Strict):
     """py-spy summary for one point: the share of samples in the top functions."""
@@ -168,6 +183,7 @@ class GenPoint(_Strict):
     samples: list[GenSample] = []
     warmup_runs: int = 0
     remeasured: int = 0
+    rounds: int = 1  # visits of the sweep that added `repeats` samples (re-measurements not counted)
     peak_mem_bytes: Optional[int] = None
     telemetry: Optional[TelemetrySummary] = None
     host_profile: Optional[HostProfile] = None
@@ -251,6 +267,7 @@ class TrainPoint(_Strict):
     samples: list[TrainSample] = []
     warmup_runs: int = 0
     remeasured: int = 0
+    rounds: int = 1  # visits of the sweep that added `repeats` samples (re-measurements not counted)
     peak_mem_bytes: Optional[int] = None
     telemetry: Optional[TelemetrySummary] = None
     host_profile: Optional[HostProfile] = None
@@ -302,6 +319,7 @@ class SweepSettings(_Strict):
     repeats: int = 3
     max_cv: float = 0.1
     max_remeasure: int = 2
+    rounds: int = 1
     seed: int = 0
 
 

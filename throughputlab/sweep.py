@@ -5,6 +5,12 @@ next value, so "double until tokens/s stops growing", "stop after an OOM" and "b
 the largest micro-batch that fits" live in one place (:func:`plan`). The runner warms up,
 repeats, re-measures noisy points, classifies failures (`oom`, `error`), attaches telemetry
 and host profiles, and saves the profile after every point.
+
+With ``rounds > 1`` the sweep passes over its points several times and each visit adds
+``repeats`` samples: a slow spell of the machine (a noisy neighbour, a clock change) then
+lands on one sample of many points instead of on every sample of a few, and the medians a
+point reports shrug it off. While a point is still noisy after the last round, the sweep runs
+another whole round (at most ``max_remeasure``), so every point keeps the same exposure.
 """
 
 from __future__ import annotations
@@ -125,6 +131,7 @@ class Hygiene:
     repeats: int = 3
     max_cv: float = 0.10
     max_remeasure: int = 2
+    rounds: int = 1  # passes over the sweep; each visit of a point adds `repeats` samples
 
 
 @dataclass
@@ -156,7 +163,8 @@ def measure_point(make: Callable[[], Point], run_once: Callable[[], object], bac
             recorder.start(f"{kind}-{x}", backend.pids())
         for _ in range(hygiene.repeats):
             point.samples.append(run_once())
-        while (point.cv or 0.0) > hygiene.max_cv and point.remeasured < hygiene.max_remeasure:
+        # with several rounds, noisy points get their extra samples after the last round instead
+        while hygiene.rounds == 1 and (point.cv or 0.0) > hygiene.max_cv and point.remeasured < hygiene.max_remeasure:
             point.remeasured += 1
             log.info("%s %d: spread %.1f%% above %.0f%%, measuring again", kind, x, 100 * point.cv,
                      100 * hygiene.max_cv)
@@ -189,6 +197,45 @@ def measure_point(make: Callable[[], Point], run_once: Callable[[], object], bac
     return point
 
 
+def revisit_point(point: Point, run_once: Callable[[], object], backend, hygiene: Hygiene, x: int, kind: str,
+                  extras: Optional[Extras] = None, *, remeasure: bool = False) -> None:
+    """A later visit of a measured point: ``hygiene.repeats`` more samples, no warm-up (the
+    first visit had it), telemetry merged into the point's, the peak memory the larger of the
+    visits'. A failure keeps every sample already taken and is noted in ``point.error``."""
+    extras = extras or Extras()
+    sampler = None
+    try:
+        backend.reset_peak_memory()
+        if extras.telemetry is not None:
+            started = extras.telemetry(backend.pids)
+            started.start()
+            sampler = started
+        for _ in range(hygiene.repeats):
+            point.samples.append(run_once())
+        if remeasure:
+            point.remeasured += 1
+        else:
+            point.rounds += 1
+        peak = backend.peak_memory_bytes()
+        if peak is not None:
+            point.peak_mem_bytes = max(point.peak_mem_bytes or 0, peak)
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:
+        point.error = f"visit {point.rounds + 1} failed, earlier samples kept: {type(e).__name__}: {_first_line(e)}"
+        log.warning("%s %d: %s", kind, x, point.error, exc_info=log.isEnabledFor(logging.DEBUG))
+        release = getattr(backend, "release", None)
+        if release:
+            release()
+    finally:
+        if sampler is not None:
+            try:
+                summary = sampler.stop()
+                point.telemetry = point.telemetry.combined(summary) if point.telemetry and summary else summary
+            except Exception as e:
+                log.warning("telemetry of %s %d (later visit) lost: %s", kind, x, _first_line(e))
+
+
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     return (text.splitlines()[0] if text else "")[:300]
@@ -201,12 +248,15 @@ def run_generation(profile: Profile, path: Path, backend, values: Optional[list[
                    output_len: int, hygiene: Hygiene, hooks: Hooks = Hooks(), extras: Optional[Extras] = None,
                    auto_cap: int = 1024) -> None:
     name = backend.name
-    _sweep(profile, path, "generation", values, hooks, auto_cap,
+    _sweep(profile, path, "generation", values, hooks, auto_cap, hygiene,
            key=lambda c: ("generation", name, c, prompt_len, output_len),
            measure=lambda c: measure_point(
                lambda: GenPoint(backend=name, concurrency=c, prompt_len=prompt_len, output_len=output_len,
                                 status="error"),
-               lambda: backend.run(c, prompt_len, output_len), backend, hygiene, c, "generation", extras))
+               lambda: backend.run(c, prompt_len, output_len), backend, hygiene, c, "generation", extras),
+           revisit=lambda p, again: revisit_point(p, lambda: backend.run(p.concurrency, prompt_len, output_len),
+                                                  backend, hygiene, p.concurrency, "generation", extras,
+                                                  remeasure=again))
 
 
 def run_training(profile: Profile, path: Path, backend, values: Optional[list[int]], *, seq_len: int,
@@ -221,15 +271,20 @@ def run_training(profile: Profile, path: Path, backend, values: Optional[list[in
             point.effective_lr = backend.last_effective_lr
         return point
 
-    _sweep(profile, path, "training", values, hooks, auto_cap,
-           key=lambda b: ("training", name, b, seq_len), measure=measure)
+    _sweep(profile, path, "training", values, hooks, auto_cap, hygiene,
+           key=lambda b: ("training", name, b, seq_len), measure=measure,
+           revisit=lambda p, again: revisit_point(p, lambda: backend.run(p.micro_batch, seq_len), backend, hygiene,
+                                                  p.micro_batch, "training", extras, remeasure=again))
 
 
 def _sweep(profile: Profile, path: Path, kind: str, values: Optional[list[int]], hooks: Hooks, auto_cap: int,
-           key: Callable[[int], tuple], measure: Callable[[int], Point]) -> None:
-    hooks.sweep_started(kind, len(values) if values is not None else None)
+           hygiene: Hygiene, key: Callable[[int], tuple], measure: Callable[[int], Point],
+           revisit: Callable[[Point, bool], None]) -> None:
+    rounds = max(hygiene.rounds, 1)
+    hooks.sweep_started(kind, len(values) * rounds if values is not None else None)
     gen = plan(values, auto_cap=auto_cap)
     x = next(gen)
+    visited: list[Point] = []  # this sweep's points, in the order of the first round
     while True:
         done = profile.find(key(x))
         if done is not None and done.status in ("ok", "oom"):  # --resume: never re-measure a finished point
@@ -240,10 +295,13 @@ def _sweep(profile: Profile, path: Path, kind: str, values: Optional[list[int]],
             profile.add_point(point)
             profile.save(path)
         hooks.point_finished(point, resumed)
+        if point.status == "ok":
+            visited.append(point)
         try:
             x = gen.send(point)
         except StopIteration:
             break
+    _later_rounds(profile, path, kind, visited, rounds, hygiene, hooks, revisit)
     if values is not None:  # values past an OOM were not measured: say so in the profile
         measured = {_x(p) for p in (profile.generation if kind == "generation" else profile.training)}
         oom_at = largest_fitting(profile.generation if kind == "generation" else profile.training)
@@ -254,6 +312,38 @@ def _sweep(profile: Profile, path: Path, kind: str, values: Optional[list[int]],
                 hooks.point_finished(skipped)
         profile.save(path)
     hooks.sweep_finished(kind)
+
+
+def _later_rounds(profile: Profile, path: Path, kind: str, visited: list[Point], rounds: int, hygiene: Hygiene,
+                  hooks: Hooks, revisit: Callable[[Point, bool], None]) -> None:
+    """Rounds 2.. over the points of the first round (a resumed point only gets the rounds it
+    lacks), then whole extra rounds while some point's spread is still above ``max_cv``."""
+    for r in range(2, rounds + 1):
+        for point in visited:
+            if point.rounds >= r:
+                hooks.point_finished(point, True)
+                continue
+            hooks.point_started(kind, _x(point))
+            revisit(point, False)
+            profile.save(path)
+            hooks.point_finished(point)
+    if rounds == 1:
+        return  # a single round re-measures noisy points on the spot (measure_point)
+    # Still noisy after the last round: another whole round, not just the noisy points. A slow
+    # spell that outlasts a round would otherwise add slow samples to the re-measured points only
+    # and move their medians against their neighbours'.
+    for extra in range(hygiene.max_remeasure):
+        noisy = [p for p in visited if (p.cv or 0.0) > hygiene.max_cv]
+        if not noisy:
+            return
+        log.info("%s: spread above %.0f%% at %s after %d rounds, one more round", kind, 100 * hygiene.max_cv,
+                 ", ".join(str(_x(p)) for p in noisy), rounds + extra)
+        for point in visited:
+            if point.remeasured > extra:  # a resumed point that already has this extra round
+                continue
+            hooks.point_started(kind, _x(point))
+            revisit(point, True)
+            profile.save(path)
 
 
 def _skipped(kind: str, key: tuple, x: int) -> Point:

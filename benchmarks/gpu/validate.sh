@@ -27,7 +27,7 @@ LOG="$OUT_DIR/validate-${GPU}-${STAMP}.log"
   # Generation: 1 -> 512 sequences; prompt 512, 128 new tokens. Training: seq 2048, micro-batch 1 -> auto until OOM/flat.
   timeout 330 python3 -m throughputlab bench --model "$MODEL" --device cuda --dtype bfloat16 \
       --concurrency 1,2,4,8,16,32,64,128,256,512 --prompt-len 512 --output-len 128 \
-      --batch-sizes auto --auto-cap 64 --seq-len 2048 --repeats 3 --warmup 1 --force -o "$PROFILE" \
+      --batch-sizes auto --auto-cap 64 --seq-len 2048 --repeats 1 --rounds 3 --warmup 1 --force -o "$PROFILE" \
     || echo "bench exited with $? (partial profile kept in $PROFILE)"
   python3 -m throughputlab export "$PROFILE" --what generation -o "$OUT_DIR/${GPU}-${MODEL}-${STAMP}-generation.csv" || true
   if python3 -c "import scipy" 2>/dev/null; then

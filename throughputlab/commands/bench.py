@@ -30,8 +30,13 @@ from throughputlab.commands.options import IntList, check_writable, default_prof
 @click.option("--dtype", default="auto", help="auto (bfloat16 on GPU and on CPUs with native bf16, else float32), bfloat16, float16, float32.")
 @click.option("--device", default="auto", help="auto, cpu, cuda or cuda:N.")
 @click.option("--warmup", type=int, default=1, help="Untimed runs before each point.")
-@click.option("--repeats", type=int, default=3, help="Timed runs per point (every sample is kept).")
-@click.option("--max-cv", type=float, default=0.10, help="Re-measure a point whose tokens/s spread (stdev/mean) is above this.")
+@click.option("--repeats", type=int, default=1, help="Timed runs per point in each round (every sample is kept).")
+@click.option("--rounds", type=int, default=3,
+              help="Passes over the sweep, each adding --repeats timed runs to every point: a slow spell of the "
+                   "machine then costs one sample of many points, not every sample of a few, and the point's "
+                   "median ignores it. --rounds 1 --repeats 3 measures each point in one go.")
+@click.option("--max-cv", type=float, default=0.10,
+              help="Measure a point again (after the last round) while its tokens/s spread (stdev/mean) is above this.")
 @click.option("--max-remeasure", type=int, default=2, help="At most this many re-measurements of a noisy point.")
 @click.option("--auto-cap", type=int, default=1024, help="Largest value an `auto` sweep tries.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted profile (--output): finished points are not re-measured.")
