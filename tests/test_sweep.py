@@ -313,3 +313,31 @@ def test_telemetry_summaries_combine_by_sample_count():
     assert c.n_samples == 40 and c.mean["cpu"] == pytest.approx(80.0) and c.mean["rss"] == 1.0
     assert c.max == {"cpu": 95.0, "rss": 2.0} and c.hz == pytest.approx(12.5)
     assert c.throttled and c.throttle_reasons == ["thermal"]
+
+
+class GrowingPeakTrain(ScriptedTrain):
+    """Peak memory reads as the largest micro-batch run so far: what RSS does on CPU when the
+    allocator keeps memory that larger points left behind."""
+
+    def __init__(self, tps):
+        super().__init__(tps)
+        self.largest = 0
+
+    def run(self, b, seq_len):
+        self.largest = max(self.largest, b)
+        return super().run(b, seq_len)
+
+    def peak_memory_bytes(self):
+        return 1000 * self.largest
+
+
+def test_training_rounds_warm_up_each_visit_and_keep_the_first_visits_peak(tmp_path):
+    backend = GrowingPeakTrain(lambda b: 100.0)
+    prof = new_profile()
+    run_training(prof, tmp_path / "p.json", backend, [1, 2, 4], seq_len=10, hygiene=R3)
+    # every visit runs one untimed step at its own size before the timed one
+    assert backend.calls == [1, 1, 2, 2, 4, 4] * 3
+    assert [(p.micro_batch, len(p.samples), p.warmup_runs, p.rounds) for p in prof.training] == \
+        [(1, 3, 3, 3), (2, 3, 3, 3), (4, 3, 3, 3)]
+    # later visits would read the larger points' memory; the peaks stay the first round's
+    assert [p.peak_mem_bytes for p in prof.training] == [1000, 2000, 4000]

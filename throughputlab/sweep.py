@@ -198,14 +198,17 @@ def measure_point(make: Callable[[], Point], run_once: Callable[[], object], bac
 
 
 def revisit_point(point: Point, run_once: Callable[[], object], backend, hygiene: Hygiene, x: int, kind: str,
-                  extras: Optional[Extras] = None, *, remeasure: bool = False) -> None:
-    """A later visit of a measured point: ``hygiene.repeats`` more samples, no warm-up (the
-    first visit had it), telemetry merged into the point's, the peak memory the larger of the
-    visits'. A failure keeps every sample already taken and is noted in ``point.error``."""
+                  extras: Optional[Extras] = None, *, remeasure: bool = False, warmup: int = 0) -> None:
+    """A later visit of a measured point: ``warmup`` untimed runs, then ``hygiene.repeats`` more
+    samples; telemetry merged into the point's. The peak memory stays the first visit's: a later
+    visit starts with whatever larger points left in the allocator (the process RSS on CPU). A
+    failure keeps every sample already taken and is noted in ``point.error``."""
     extras = extras or Extras()
     sampler = None
     try:
-        backend.reset_peak_memory()
+        for _ in range(warmup):
+            run_once()
+        point.warmup_runs += warmup
         if extras.telemetry is not None:
             started = extras.telemetry(backend.pids)
             started.start()
@@ -216,9 +219,6 @@ def revisit_point(point: Point, run_once: Callable[[], object], backend, hygiene
             point.remeasured += 1
         else:
             point.rounds += 1
-        peak = backend.peak_memory_bytes()
-        if peak is not None:
-            point.peak_mem_bytes = max(point.peak_mem_bytes or 0, peak)
     except KeyboardInterrupt:
         raise
     except Exception as e:
@@ -273,8 +273,10 @@ def run_training(profile: Profile, path: Path, backend, values: Optional[list[in
 
     _sweep(profile, path, "training", values, hooks, auto_cap, hygiene,
            key=lambda b: ("training", name, b, seq_len), measure=measure,
+           # a trainer repeats one micro-batch size: each visit first brings the allocator to this size
            revisit=lambda p, again: revisit_point(p, lambda: backend.run(p.micro_batch, seq_len), backend, hygiene,
-                                                  p.micro_batch, "training", extras, remeasure=again))
+                                                  p.micro_batch, "training", extras, remeasure=again,
+                                                  warmup=hygiene.warmup))
 
 
 def _sweep(profile: Profile, path: Path, kind: str, values: Optional[list[int]], hooks: Hooks, auto_cap: int,
