@@ -36,8 +36,10 @@ from throughputlab.commands.options import IntList, check_writable, default_prof
                    "machine then costs one sample of many points, not every sample of a few, and the point's "
                    "median ignores it. --rounds 1 --repeats 3 measures each point in one go.")
 @click.option("--max-cv", type=float, default=0.10,
-              help="Measure a point again (after the last round) while its tokens/s spread (stdev/mean) is above this.")
-@click.option("--max-remeasure", type=int, default=2, help="At most this many re-measurements of a noisy point.")
+              help="While some point's tokens/s spread (stdev/mean) is above this after the last round, run one "
+                   "more round over all points (with --rounds 1: measure that point again at once).")
+@click.option("--max-remeasure", type=int, default=2,
+              help="At most this many extra rounds (with --rounds 1: re-measurements of a noisy point).")
 @click.option("--auto-cap", type=int, default=1024, help="Largest value an `auto` sweep tries.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted profile (--output): finished points are not re-measured.")
 @click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
@@ -66,7 +68,7 @@ def bench(output: Optional[Path], report_path: Optional[Path], engine_args: tupl
 
     \b
     Examples:
-      throughputlab bench                                   # demo model, both sweeps (~2 min on 2 CPU cores)
+      throughputlab bench                                   # demo model, both sweeps (~3 min on 2 CPU cores)
       throughputlab bench -m qwen2.5-1.5b -c 1,8,64,256 -o q15.json
       throughputlab bench -m tiny --only train -b auto
       throughputlab bench -m tiny --backend vllm --only gen --engine-arg enforce_eager=true
