@@ -35,6 +35,8 @@ def test_sections_and_figures(measured):
     html = render_report([measured])
     assert html.count("Plotly.newPlot") == 3
     assert "held-out error" in html and "MBU microbench" in html and "knee at concurrency" in html
+    assert "1 round(s) x 3 (warm-up 1" in html  # how the points were measured
+    assert "matrix-vector read bandwidth" in html  # both bandwidth micro-benchmarks are listed
     # offline: plotly.js inlined, nothing fetched from the network
     assert not re.search(r"<script[^>]*\ssrc=", html) and not re.search(r"<link[^>]*href=\"http", html)
 

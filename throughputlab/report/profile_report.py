@@ -369,7 +369,7 @@ def environment_table(p: Profile) -> pd.DataFrame:
             ("device", f"{hw.device_type}: {hw.device_name}"), ("device memory", _fmt((hw.memory_total_bytes or 0) / GiB, "GiB")),
             ("dtype", st.dtype), ("backends", f"{st.gen_backend or '-'} / {st.train_backend or '-'}"),
             ("lengths", f"prompt {st.prompt_len}, output {st.output_len}, training seq {st.seq_len}"),
-            ("repeats", f"{st.repeats} (warm-up {st.warmup}, max cv {st.max_cv})")]
+            ("repeats", f"{st.rounds} round(s) x {st.repeats} (warm-up {st.warmup}, max cv {st.max_cv})")]
     if hw.cpu:
         rows.append(("cpu", f"{hw.cpu.model} ({hw.cpu.logical_cores} logical cores)"))
     for gpu in hw.gpus:
