@@ -84,3 +84,31 @@ def test_short_point_still_has_a_sample_and_bad_rate_is_refused():
     assert s.n_samples >= 1
     with pytest.raises(UserError, match="--telemetry-hz must be positive"):
         TelemetrySampler(lambda: [os.getpid()], hz=0)
+
+
+CHURN = """
+import time
+t = time.time()
+while time.time() - t < {s}:
+    b = bytearray(64 * 2**20)  # fresh pages from the kernel each time (above the mmap threshold)
+    del b
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc")
+def test_minor_fault_rate_shows_allocator_churn():
+    def rate(code: str) -> float:
+        proc = subprocess.Popen([sys.executable, "-c", code])
+        try:
+            time.sleep(0.5)
+            sampler = TelemetrySampler(lambda: [proc.pid], hz=20)
+            sampler.start()
+            time.sleep(1.0)
+            summary = sampler.stop()
+        finally:
+            proc.kill()
+            proc.wait()
+        return summary.mean["proc_minor_faults_per_s"]
+
+    assert rate(CHURN.format(s=5)) > 20_000  # 16k pages per 64 MiB block, many blocks a second
+    assert rate("import time; time.sleep(5)") < 1_000

@@ -121,6 +121,7 @@ class _ProcessTree:
         self.psutil = psutil
         self.pids = pids
         self.procs: dict[int, object] = {}
+        self.faults: dict[int, tuple[int, float]] = {}  # pid -> (minor faults, when read)
         self.listed_at = -1e9
         psutil.cpu_percent(None)  # prime the system-wide counter
 
@@ -161,6 +162,8 @@ class _ProcessTree:
             self._refresh()
         cpu = rss = 0.0
         n = 0
+        fault_rate: Optional[float] = None
+        now = time.monotonic()
         for pid, p in list(self.procs.items()):
             try:
                 with p.oneshot():
@@ -169,10 +172,32 @@ class _ProcessTree:
                 n += 1
             except ps.Error:
                 self.procs.pop(pid, None)
-        return {"proc_cpu_pct": cpu,  # summed over the tree; 100 = one core busy
-                "proc_rss_gib": rss / 2**30,
-                "proc_count": float(n),
-                "host_cpu_pct": ps.cpu_percent(None)}  # whole machine, 100 = every core busy
+                continue
+            faults = minor_faults(pid)
+            if faults is None:
+                continue
+            last = self.faults.get(pid)
+            self.faults[pid] = (faults, now)
+            if last is not None and now > last[1]:
+                fault_rate = (fault_rate or 0.0) + (faults - last[0]) / (now - last[1])
+        out = {"proc_cpu_pct": cpu,  # summed over the tree; 100 = one core busy
+               "proc_rss_gib": rss / 2**30,
+               "proc_count": float(n),
+               "host_cpu_pct": ps.cpu_percent(None)}  # whole machine, 100 = every core busy
+        if fault_rate is not None:
+            # pages the kernel had to hand the tree (and zero): on CPU, allocator churn that costs step time
+            out["proc_minor_faults_per_s"] = fault_rate
+        return out
+
+
+def minor_faults(pid: int) -> Optional[int]:
+    """Minor page faults of a process so far (Linux /proc; None elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+        return int(text[text.rindex(")") + 2:].split()[7])  # field 10, minflt, after "pid (comm) "
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _is_profiler(p) -> bool:

@@ -250,7 +250,7 @@ def _telemetry(point) -> str:
     t = point.telemetry
     if t is None:
         return ""
-    keys = list(t.mean)[:4]
+    keys = list(t.mean)[:5]
     parts = [f"{k} {t.mean[k]:.3g}/{t.max.get(k, float('nan')):.3g}" for k in keys]
     s = f"{t.source}, {t.n_samples} samples (mean/max): " + ", ".join(parts)
     if t.throttled:
