@@ -94,7 +94,7 @@ def build_profile(args, resolved, engine, samples, concs):
                    environment=environment(["benchmarks/rollout_fidelity.py", *sys.argv[1:]]),
                    settings=SweepSettings(dtype=args.dtype, device=args.device, gen_backend="vllm",
                                           prompt_len=args.prompt_len, output_len=args.profile_output_len,
-                                          repeats=args.repeats, seed=args.seed),
+                                          repeats=1, rounds=args.repeats, seed=args.seed),  # shuffled rounds
                    engine=engine)
     for c in concs:
         prof.add_point(GenPoint(backend="vllm", concurrency=c, prompt_len=args.prompt_len,
