@@ -167,3 +167,47 @@ def test_bench_rounds_revisit_every_point(tmp_path):
     for p in prof.generation + prof.training:
         assert p.status == "ok" and p.rounds == 2
         assert len(p.samples) == 4 + 2 * p.remeasured  # two visits of two runs, plus any re-measurement
+
+
+def test_cpu_bench_runs_under_a_caching_allocator_unless_told_not_to(tmp_path):
+    from throughputlab.commands import allocator
+
+    lib = allocator.find_library()
+    if lib is None or allocator.preloaded():
+        pytest.skip("no tcmalloc/jemalloc here, or one is preloaded already")
+    out = tmp_path / "a.json"
+    r = run_cli("bench", *FAST, "--only", "train", "-b", "1", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    env = Profile.load(out).environment
+    assert env.env_vars["LD_PRELOAD"] == lib  # recorded by the process that measured
+    assert env.command_line[:2] == ["throughputlab", "bench"] and "--allocator" not in env.command_line
+
+    r = run_cli("bench", *FAST, "--only", "train", "-b", "1", "--allocator", "system", "-o", str(out), "--force")
+    assert r.returncode == 0, r.stderr
+    assert "LD_PRELOAD" not in Profile.load(out).environment.env_vars
+
+
+def test_allocator_reexec_only_for_the_cli_on_cpu_in_process_runs(monkeypatch):
+    from throughputlab.commands import allocator
+
+    calls = []
+    monkeypatch.setattr(allocator, "reexec_with", calls.append)
+    monkeypatch.setattr(allocator, "find_library", lambda: "libtcmalloc_minimal.so.4")
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    monkeypatch.delenv(allocator.MARK, raising=False)
+    assert not allocator.launched_as_cli()  # pytest is not the throughputlab command
+    allocator.maybe_reexec("auto", "cpu", in_process_only=True)
+    assert calls == []
+    monkeypatch.setattr(allocator, "launched_as_cli", lambda: True)
+    allocator.maybe_reexec("auto", "cuda", in_process_only=True)  # GPUs have their own caching allocator
+    allocator.maybe_reexec("auto", "cpu", in_process_only=False)  # vllm/openai engines keep their setup
+    allocator.maybe_reexec("system", "cpu", in_process_only=True)
+    monkeypatch.setenv("LD_PRELOAD", "/usr/lib/libjemalloc.so.2")  # the user's choice wins
+    allocator.maybe_reexec("auto", "cpu", in_process_only=True)
+    assert calls == []
+    monkeypatch.delenv("LD_PRELOAD")
+    allocator.maybe_reexec("auto", "cpu", in_process_only=True)
+    assert calls == ["libtcmalloc_minimal.so.4"]
+    monkeypatch.setenv(allocator.MARK, "libtcmalloc_minimal.so.4")  # the re-executed process: never again
+    allocator.maybe_reexec("auto", "cpu", in_process_only=True)
+    assert calls == ["libtcmalloc_minimal.so.4"]

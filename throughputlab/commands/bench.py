@@ -59,7 +59,13 @@ from throughputlab.commands.options import IntList, check_writable, default_prof
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the HTML report here at the end.")
 @click.option("--seed", type=int, default=0, help="Seed for weights and synthetic tokens.")
-def bench(output: Optional[Path], report_path: Optional[Path], engine_args: tuple[str, ...], **kw) -> None:
+@click.option("--allocator", type=click.Choice(["auto", "system"]), default="auto", show_default=True,
+              help="auto: on CPU, run the hf/torch backends under tcmalloc or jemalloc when the system has one "
+                   "(LD_PRELOAD, as vLLM's and PyTorch's CPU guides recommend; glibc malloc faults large blocks in "
+                   "again at every step, 15-25%% of a CPU training step). system: keep the process's allocator. "
+                   "The profile records which one ran.")
+def bench(output: Optional[Path], report_path: Optional[Path], engine_args: tuple[str, ...], allocator: str,
+          **kw) -> None:
     """Measure generation tokens/s against concurrency and training tokens/s against micro-batch.
 
     Writes a profile (JSON) after every point, so Ctrl-C or a crash keeps what was measured;
@@ -73,6 +79,9 @@ def bench(output: Optional[Path], report_path: Optional[Path], engine_args: tupl
       throughputlab bench -m tiny --only train -b auto
       throughputlab bench -m tiny --backend vllm --only gen --engine-arg enforce_eager=true
     """
+    from throughputlab.commands import allocator as alloc
+
+    alloc.maybe_reexec(allocator, kw["device"], in_process_only=kw["gen_backend"] == "hf" or kw["only"] == "train")
     from throughputlab.bench import BenchSpec, run_bench
 
     spec = BenchSpec(engine_args=parse_engine_args(engine_args), command_line=["throughputlab", *sys.argv[1:]],

@@ -372,6 +372,8 @@ def environment_table(p: Profile) -> pd.DataFrame:
             ("repeats", f"{st.rounds} round(s) x {st.repeats} (warm-up {st.warmup}, max cv {st.max_cv})")]
     if hw.cpu:
         rows.append(("cpu", f"{hw.cpu.model} ({hw.cpu.logical_cores} logical cores)"))
+    if st.device == "cpu":
+        rows.append(("allocator", env.env_vars.get("LD_PRELOAD") or "system (glibc malloc)"))
     for gpu in hw.gpus:
         rows.append((f"gpu {gpu.index}", f"{gpu.name}, driver {gpu.driver}, cc {gpu.cuda_capability}"))
     if hw.microbench:

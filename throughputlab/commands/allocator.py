@@ -1,0 +1,79 @@
+"""Run CPU benchmarks under a caching allocator (tcmalloc or jemalloc), as vLLM's and PyTorch's
+CPU guides recommend.
+
+glibc's allocator hands blocks above its mmap threshold (at most 32 MiB) back to the kernel
+when they are freed and faults them in again at the next step. On the 2-core EPYC this project
+was measured on, a training step of the demo model took 67k-221k minor page faults (b=1 to 8)
+under glibc and under 3k with tcmalloc, which made the steps 15-25% faster and the step time
+a cleaner function of the batch, at the same peak memory. The library has to be loaded when
+the process starts (``LD_PRELOAD``), so ``bench`` re-executes itself once, before measuring.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+CANDIDATES = ("tcmalloc_minimal", "tcmalloc", "jemalloc")
+MARK = "THROUGHPUTLAB_ALLOCATOR"  # set in the re-executed process: never loop
+
+
+def find_library() -> Optional[str]:
+    """The first caching allocator the dynamic loader knows (``ldconfig``), else None."""
+    for name in CANDIDATES:
+        lib = ctypes.util.find_library(name)
+        if lib:
+            return lib
+    return None
+
+
+def preloaded() -> Optional[str]:
+    """A caching allocator already in ``LD_PRELOAD`` (the user's choice wins)."""
+    for part in os.environ.get("LD_PRELOAD", "").replace(":", " ").split():
+        if any(name in Path(part).name for name in ("tcmalloc", "jemalloc")):
+            return part
+    return None
+
+
+def cpu_run(device: str) -> bool:
+    """Whether the run will be on the CPU, without importing torch (the re-exec comes first)."""
+    if device == "cpu":
+        return True
+    return device == "auto" and not any(os.path.exists(p) for p in ("/dev/nvidiactl", "/dev/kfd"))
+
+
+def launched_as_cli() -> bool:
+    """Only the ``throughputlab`` command re-executes itself, never a host process (tests, notebooks)."""
+    argv0 = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    return argv0 is not None and (argv0.name == "throughputlab" or argv0.parts[-2:] == ("throughputlab", "__main__.py"))
+
+
+def reexec_with(lib: str) -> None:
+    """Replace this process by the same command with ``lib`` preloaded (same pid: signals, Ctrl-C)."""
+    env = dict(os.environ)
+    env["LD_PRELOAD"] = " ".join(p for p in (lib, env.get("LD_PRELOAD", "")) if p)
+    env[MARK] = lib
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, "-m", "throughputlab", *sys.argv[1:]], env)
+
+
+def maybe_reexec(choice: str, device: str, in_process_only: bool) -> None:
+    """With ``--allocator auto`` on a CPU run of the in-process backends, come back under a
+    caching allocator when the system has one. Engines (vllm, openai) keep their own setup."""
+    if choice != "auto" or os.environ.get(MARK) or preloaded() or not in_process_only:
+        return
+    if not cpu_run(device) or not launched_as_cli():
+        return
+    lib = find_library()
+    if lib:
+        reexec_with(lib)
+
+
+def describe() -> str:
+    """What the profile records about the allocator of this process."""
+    lib = preloaded()
+    return f"{lib} (LD_PRELOAD)" if lib else "system (glibc malloc)"
