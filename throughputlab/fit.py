@@ -3,8 +3,9 @@
 Generation: the decode step ``t0 + max((W + c*s*k)/BW, c*(F + s*a)/PHI)`` (or its smooth
 maximum, kept only when its leave-one-out error is lower) is fitted to the measured decode
 step times, plus a per-sequence cost ``c*t_seq`` fitted jointly with the overhead probe's step
-times when the profile has them (hf backend: the same network with its widths shrunk); the prefill ``t0' + max(W/BW, c*p*(F + p*a/2)/PHI')`` to the prefill times, with
-BW shared with decode. When a profile has no step timings (a published curve, an HTTP
+times when the profile has them (hf backend: the same network with its widths shrunk); the
+prefill ``t0' + max(W/BW, c*p*(F + p*a/2)/PHI')`` to the prefill times, with BW shared with
+decode. When a profile has no step timings (a published curve, an HTTP
 engine), the same parameters are fitted to the end-to-end tokens/s instead. Training: the
 micro-step line ``t0 + 3*b*S*(F + S*a/2)/PHI_train`` and the memory line ``M0 + b*m``.
 

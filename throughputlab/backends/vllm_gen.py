@@ -27,7 +27,6 @@ environment or as ``--engine-arg NAME=VALUE``, replaces the default.
 from __future__ import annotations
 
 import contextlib
-
 import dataclasses
 import difflib
 import gc

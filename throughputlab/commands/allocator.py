@@ -72,8 +72,3 @@ def maybe_reexec(choice: str, device: str, in_process_only: bool) -> None:
     if lib:
         reexec_with(lib)
 
-
-def describe() -> str:
-    """What the profile records about the allocator of this process."""
-    lib = preloaded()
-    return f"{lib} (LD_PRELOAD)" if lib else "system (glibc malloc)"
