@@ -13,7 +13,8 @@ from throughputlab.decide.calculator import DecideSpec, Row, decide, rank
 from throughputlab.decide.curves import CurvesSpec, load_curves
 from throughputlab.errors import UserError
 from throughputlab.models import resolve_model
-from throughputlab.roofline import Costs, DecodeParams, ThroughputModel, TrainParams
+from throughputlab.roofline import Costs
+from throughputlab.throughput import DecodeParams, ThroughputModel, TrainParams
 from _decide_curves import write_curves
 
 # GRPO on Qwen3-30B-A3B: 128 prompts/step 11.90 h to target; 1024 with sqrt-retuned lr 8.42 h

@@ -7,12 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from throughputlab.decide.rollout import (
-    EngineCaps, LengthDist, parse_length_dist, predict_rollout, read_lengths_file, simulate_rollout,
-)
+from throughputlab.decide.lengths import LengthDist, parse_length_dist, read_lengths_file
+from throughputlab.decide.rollout import EngineCaps, predict_rollout, simulate_rollout
 from throughputlab.errors import UserError
 from throughputlab.models import resolve_model
-from throughputlab.roofline import Costs, DecodeParams, PrefillParams, ThroughputModel
+from throughputlab.roofline import Costs
+from throughputlab.throughput import DecodeParams, PrefillParams, ThroughputModel
 
 
 def model(prefill: bool = False, smooth=None, name="demo", t_seq=0.0) -> ThroughputModel:

@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 
 from throughputlab.decide.rollout import EngineCaps
-from throughputlab.decide.steptime import RLShape, StepModel, full_weight_bytes
+from throughputlab.decide.steptime import RLShape, StepModel
+from throughputlab.roofline import all_weight_bytes
 from throughputlab.errors import UserError
 from throughputlab.models import resolve_model
-from throughputlab.roofline import Costs, DecodeParams, ThroughputModel, TrainParams
+from throughputlab.roofline import Costs
+from throughputlab.throughput import DecodeParams, ThroughputModel, TrainParams
 
 
 def model(mem=True) -> ThroughputModel:
@@ -41,7 +43,7 @@ def test_colocated_step_is_the_sum_of_its_phases_with_hand_counted_micro_batches
     assert st.optimizer_steps == 4
     fwd = lambda b: 0.01 + (m.train_step_s(b, seq) - 0.01) / 3  # noqa: E731
     assert st.logprob_s == pytest.approx(2 * (3 * fwd(12) + fwd(4)))  # old policy + reference, 40 = 3*12 + 4
-    assert st.sync_s == pytest.approx(full_weight_bytes(m.costs) / 5e9)  # device copy: read + write at 10 GB/s
+    assert st.sync_s == pytest.approx(all_weight_bytes(m.costs) / 5e9)  # device copy: read + write at 10 GB/s
     assert st.critic_s == 0
     assert st.step_s == pytest.approx(st.gen_s + st.logprob_s + st.train_s + st.sync_s)
     assert st.samples_per_s == pytest.approx(40 / st.step_s)

@@ -10,7 +10,8 @@ from _synth import TRUE, make_profile
 from throughputlab.errors import UserError
 from throughputlab.fit import FitResult, fit_profile, knee_statement, load_model
 from throughputlab.profile import DatasheetPeak, GenPoint, Profile
-from throughputlab.roofline import Costs, DecodeParams, ThroughputModel
+from throughputlab.roofline import Costs
+from throughputlab.throughput import DecodeParams, ThroughputModel
 
 CS = (1, 2, 4, 8, 16, 32, 64)
 
@@ -158,7 +159,7 @@ def test_bootstrap_intervals_contain_estimate():
 
 
 def test_end_to_end_knee_balances_memory_and_compute():
-    from throughputlab.fit import generation_knee
+
 
     costs = Costs(bytes_per_param=2, weight_bytes=1e10, kv_bytes_per_token=0.0, flops_per_token=1e10,
                   attn_flops_per_ctx_token=0.0)
@@ -169,8 +170,8 @@ def test_end_to_end_knee_balances_memory_and_compute():
     # whole requests, by hand: (o-1)*W/BW + W/BW (prefill reads weights once) = c*((o-1)+p)*F/PHI
     p, o = 300, 101
     by_hand = o * 1e10 / 1e12 / ((o - 1 + p) * 1e10 / 1e14)
-    assert generation_knee(m, p, o) == pytest.approx(by_hand, rel=1e-6)
-    assert generation_knee(m, p, o) < m.knee(0)  # prefill compute moves the bend earlier
+    assert m.generation_knee(p, o) == pytest.approx(by_hand, rel=1e-6)
+    assert m.generation_knee(p, o) < m.knee(0)  # prefill compute moves the bend earlier
 
 
 PROBE = {"hidden_size": 64, "intermediate_size": 64}

@@ -10,12 +10,9 @@ from throughputlab.errors import UserError
 from throughputlab.fit import fit_profile, load_fit, load_model
 from throughputlab.hardware.peaks import lookup
 from throughputlab.models import resolve_model
-from throughputlab.predict import (
-    DEFAULT_EFFICIENCIES, calibration_from, predict_analytic, predict_from_profile, short_context_knee,
-    single_stream_bound,
-)
+from throughputlab.predict import DEFAULT_EFFICIENCIES, calibration_from, predict_analytic, predict_from_profile
 from throughputlab.profile import Profile
-from throughputlab.roofline import Costs, decode_step_s
+from throughputlab.roofline import Costs, decode_step_s, single_stream_bound
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +26,8 @@ def test_analytic_knee_follows_the_h200_flop_per_byte_ratio(qwen_h200):
     ridge = ds.flops_per_s["bfloat16"] / ds.memory_bandwidth_bytes_per_s  # FLOP per byte of the device
     eff = DEFAULT_EFFICIENCIES
     w_over_f = m.costs.weight_bytes / m.costs.flops_per_token
-    assert short_context_knee(m) == pytest.approx(ridge * eff.decode_phi / eff.decode_bw * w_over_f, rel=1e-9)
-    assert m.knee(1e-9) == pytest.approx(short_context_knee(m), rel=1e-6)
+    assert m.short_context_knee() == pytest.approx(ridge * eff.decode_phi / eff.decode_bw * w_over_f, rel=1e-9)
+    assert m.knee(1e-9) == pytest.approx(m.short_context_knee(), rel=1e-6)
     # below the knee the memory term dominates, above it the compute term
     s = qwen_h200.settings.prompt_len + qwen_h200.settings.output_len / 2
     knee = m.knee(s)
@@ -43,7 +40,7 @@ def test_analytic_knee_follows_the_h200_flop_per_byte_ratio(qwen_h200):
 
 def test_single_sequence_bounded_by_bandwidth_over_weights(qwen_h200):
     m = load_model(qwen_h200)
-    bound = single_stream_bound(m, lookup("h200").memory_bandwidth_bytes_per_s)
+    bound = single_stream_bound(m.costs, lookup("h200").memory_bandwidth_bytes_per_s)
     assert m.decode_tokens_per_s(1, 1) < bound
     assert m.decode_tokens_per_s(1, 1) > 0.5 * bound  # 80% bandwidth efficiency, small fixed cost
 

@@ -19,19 +19,17 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
 from throughputlab.errors import UserError
-from throughputlab.fit import (
-    FitResult, GenerationFit, ParamEstimate, Peaks, fit_profile, generation_knee_statement, knee_statement, load_fit,
-    utilisation,
-)
+from throughputlab import roofline as rf
+from throughputlab.fit.knees import generation_knee_statement, knee_statement
+from throughputlab.fit.mbu import utilisation
+from throughputlab.fit.schema import FitResult, GenerationFit, ParamEstimate, Peaks, load_fit
 from throughputlab.hardware.peaks import device_names, lookup, peak_flops
 from throughputlab.models.spec import ModelSpec, dtype_bytes
 from throughputlab.profile import (
     Environment, GenPoint, GenSample, Hardware, Profile, SweepSettings, TrainPoint, TrainSample, now_iso,
 )
-from throughputlab.roofline import Costs, DecodeParams, PrefillParams, ThroughputModel, TrainParams
-
-VLLM_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default share of device memory for weights + KV cache
-ADAM_BYTES_PER_PARAM = 16  # 16-bit weights and grads, fp32 master copy and two Adam moments (ZeRO paper, 2*2 + 12)
+from throughputlab.roofline import ADAM_BYTES_PER_PARAM, VLLM_GPU_MEMORY_UTILIZATION, Costs
+from throughputlab.throughput import DecodeParams, PrefillParams, ThroughputModel, TrainParams
 
 
 class Efficiencies(BaseModel):
@@ -83,13 +81,21 @@ def _ref_peaks(peaks: Peaks) -> tuple[Optional[float], Optional[float], str]:
     return peaks.microbench_bytes_per_s, peaks.microbench_flops_per_s, "the probe's micro-benchmarks"
 
 
+def _fit_of(profile: Profile) -> FitResult:
+    """The stored fit, else one made now with `throughputlab fit`'s defaults."""
+    fit = load_fit(profile)
+    if fit is None:
+        from throughputlab.fit.run import fit_profile
+
+        fit = fit_profile(profile)
+    return fit
+
+
 def calibration_from(profile: Profile) -> Efficiencies:
     """Efficiencies measured on ``profile``'s device: fitted BW and PHI over that device's peaks."""
-    fit = load_fit(profile)
-    if fit is None or fit.method != "fit":
-        if profile.kind == "predicted":
-            raise UserError("--calibrate needs a measured profile, not a prediction")
-        fit = fit_profile(profile)
+    if profile.kind == "predicted":
+        raise UserError("--calibrate needs a measured profile, not a prediction")
+    fit = _fit_of(profile)
     bw_ref, phi_ref, ref = _ref_peaks(fit.peaks)
     if not bw_ref or not phi_ref:
         raise UserError("--calibrate: that profile has neither datasheet peaks nor micro-benchmarks, so its "
@@ -137,11 +143,7 @@ def analytic_model(spec: ModelSpec, gpu: str, dtype: str = "bfloat16",
     costs = Costs.from_spec(spec, bpp)
     bw = eff.decode_bw * ds.memory_bandwidth_bytes_per_s
     mem = float(ds.memory_bytes) if ds.memory_bytes else None
-    weights_total = spec.params_total * bpp
-    kv_tokens = None
-    if mem:
-        free = VLLM_GPU_MEMORY_UTILIZATION * mem - weights_total
-        kv_tokens = int(free / costs.kv_bytes_per_token) if free > 0 else 0
+    kv_tokens = rf.kv_cache_tokens(costs, mem) if mem else None
     model = ThroughputModel(
         source="analytic" if eff.source == DEFAULT_EFFICIENCIES.source else "calibrated",
         costs=costs,
@@ -149,7 +151,7 @@ def analytic_model(spec: ModelSpec, gpu: str, dtype: str = "bfloat16",
                             t_seq_s=eff.decode_t_seq_s),
         prefill=PrefillParams(t0_s=eff.prefill_t0_s, bw_bytes_per_s=bw, phi_flops_per_s=eff.prefill_phi * phi_peak),
         train=TrainParams(t0_s=eff.train_t0_s, phi_flops_per_s=eff.train_phi * phi_peak,
-                          mem0_bytes=float(ADAM_BYTES_PER_PARAM * spec.params_total),
+                          mem0_bytes=rf.training_state_bytes(costs),
                           mem_per_sample_bytes=None, device_memory_bytes=mem),
         kv_cache_tokens=kv_tokens,
     )
@@ -157,12 +159,6 @@ def analytic_model(spec: ModelSpec, gpu: str, dtype: str = "bfloat16",
     peaks = Peaks(dtype=dtype, datasheet_device=ds.device, datasheet_bytes_per_s=ds.memory_bandwidth_bytes_per_s,
                   datasheet_flops_per_s=phi_peak, datasheet_source=ds.source)
     return model, hw, peaks
-
-
-def activation_bytes_per_sequence(spec: ModelSpec, seq_len: int, bytes_per_param: int) -> float:
-    """Activations kept for backward per sequence: 34*S*h per layer at 16 bits with flash attention
-    (Korthikanti et al. 2022, table 2, without the s^2 term), plus fp32 logits and their gradient."""
-    return spec.num_layers * seq_len * spec.hidden_size * 34 * bytes_per_param / 2 + seq_len * spec.vocab_size * 8
 
 
 # ---------------------------------------------------------------- predicted profiles
@@ -221,9 +217,7 @@ def predict_from_profile(profile: Profile, *, concurrency: Sequence[int] = (), p
                          output_len: Optional[int] = None, micro_batches: Sequence[int] = (),
                          seq_len: Optional[int] = None) -> Profile:
     """The fitted model of ``profile`` evaluated at points that were not measured."""
-    fit = load_fit(profile)
-    if fit is None:
-        fit = fit_profile(profile)
+    fit = _fit_of(profile)
     st = profile.settings
     prompt_len = prompt_len or st.prompt_len
     output_len = output_len or st.output_len
@@ -249,13 +243,13 @@ def predict_analytic(spec: ModelSpec, gpu: str, *, dtype: str = "bfloat16", cali
     eff = calibration_from(calibrate) if calibrate is not None else DEFAULT_EFFICIENCIES
     model, hw, peaks = analytic_model(spec, gpu, dtype, eff)
     bpp = dtype_bytes(dtype)
-    model.train.mem_per_sample_bytes = activation_bytes_per_sequence(spec, seq_len, bpp)
+    model.train.mem_per_sample_bytes = rf.activation_bytes_per_sequence(spec, seq_len, bpp)
     assumptions = eff.describe() + [
         f"KV cache: {VLLM_GPU_MEMORY_UTILIZATION:.0%} of device memory minus the weights (vLLM's default)",
         f"training memory: {ADAM_BYTES_PER_PARAM} bytes/parameter (mixed-precision Adam) plus 34*S*h bytes "
         "per layer and sequence (Korthikanti et al. 2022, flash attention) plus fp32 logits",
     ]
-    s = prompt_len + output_len / 2
+    s = rf.mean_context(prompt_len, output_len)
     knee, knee_note = knee_statement(model, s)
     e2e, e2e_note = generation_knee_statement(model, prompt_len, output_len)
 
@@ -267,7 +261,7 @@ def predict_analytic(spec: ModelSpec, gpu: str, *, dtype: str = "bfloat16", cali
             ParamEstimate(name="phi_flops_per_s", value=model.decode.phi_flops_per_s, unit="FLOP/s",
                           note=f"{eff.decode_phi:.0%} of the datasheet"),
         ], context_len=s, knee_concurrency=knee, knee_note=knee_note, generation_knee_concurrency=e2e,
-        generation_knee_note=e2e_note, n_points=0, rms_rel_residual=0.0, points=[])
+        generation_knee_note=e2e_note, n_points=0, points=[])
     fit = FitResult(method="analytic" if calibrate is None else "calibrated", created_at=now_iso(), model=model,
                     peaks=peaks, generation=gen_fit, assumptions=assumptions)
     gen, train = _predicted_points(model, concurrency, prompt_len, output_len, micro_batches, seq_len)
@@ -285,13 +279,11 @@ def predict_analytic(spec: ModelSpec, gpu: str, *, dtype: str = "bfloat16", cali
 
 def generation_table(model: ThroughputModel, concurrency: Sequence[int], prompt_len: int, output_len: int) -> pd.DataFrame:
     """Per concurrency: decode step, decode and end-to-end tokens/s, and which roofline term dominates."""
-    s = prompt_len + output_len / 2
-    d = model.decode
+    s = rf.mean_context(prompt_len, output_len)
     rows = []
     for c in concurrency:
         td = model.decode_step_s(c, s)
-        mem = (model.costs.weight_bytes_for(c) + c * s * model.costs.kv_bytes_per_token) / d.bw_bytes_per_s
-        comp = c * (model.costs.flops_per_token + s * model.costs.attn_flops_per_ctx_token) / d.phi_flops_per_s
+        mem, comp = model.decode_terms_s(c, s)
         rows.append({"concurrency": c, "decode_step_ms": td * 1e3, "decode_tokens_per_s": c / td,
                      "tokens_per_s": model.generation_tokens_per_s(c, prompt_len, output_len),
                      "prefill_ms": model.prefill_s(c, prompt_len) * 1e3,
@@ -300,23 +292,11 @@ def generation_table(model: ThroughputModel, concurrency: Sequence[int], prompt_
 
 
 def training_table(model: ThroughputModel, micro_batches: Sequence[int], seq_len: int) -> pd.DataFrame:
-    t = model.train
+    t = model.require("train")
     rows = []
     for b in micro_batches:
-        mem = t.mem0_bytes + b * t.mem_per_sample_bytes if (t.mem0_bytes is not None and t.mem_per_sample_bytes) else None
+        mem = model.memory_bytes(b)
         rows.append({"micro_batch": b, "step_ms": (model.train_step_s(b, seq_len) + t.optimizer_step_s) * 1e3,
                      "tokens_per_s": model.train_tokens_per_s(b, seq_len),
                      "peak_mem_gib": None if mem is None else mem / 2**30})
     return pd.DataFrame(rows)
-
-
-def single_stream_bound(model: ThroughputModel, peak_bw: float) -> float:
-    """Upper bound of single-sequence decode tokens/s: peak bandwidth over the weight bytes read per token."""
-    return peak_bw / model.costs.weight_bytes
-
-
-def short_context_knee(model: ThroughputModel) -> float:
-    """Knee as the context goes to 0: (PHI/BW) * (W/F), the effective FLOP/byte ratio times bytes per FLOP."""
-    d = model.decode
-    return d.phi_flops_per_s / d.bw_bytes_per_s * model.costs.weight_bytes / model.costs.flops_per_token
-

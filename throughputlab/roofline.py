@@ -1,25 +1,37 @@
-"""The throughput model of DESIGN.md as small pure functions, and the fitted-parameter object.
+"""The throughput model's physics: every step cost, written once (equations: docs/model.md).
 
-No torch, no measurement: ``fit`` estimates the parameters, ``predict`` fills them from a
-datasheet, ``decide`` and ``report`` evaluate them. Times in seconds, sizes in bytes.
+Small pure functions of the model constants (:class:`Costs`: W, k, F, a and what MoE needs)
+and the rates (t0, BW, PHI). Each takes floats or numpy arrays alike (arrays broadcast; a
+scalar in gives a float out), so the fit evaluates a sweep and the rollout simulation
+thousands of steps in one call. ``fit``, ``predict``, ``report`` and ``decide`` call these
+and derive nothing themselves. Times in seconds, sizes in bytes. No torch, no scipy.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Literal, Optional
+from typing import Callable, Optional
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from throughputlab.models.spec import ModelSpec
 
+ADAM_BYTES_PER_PARAM = 16  # 16-bit weights and grads, fp32 master copy, two fp32 Adam moments (ZeRO paper: 2+2+12)
+VLLM_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default share of device memory for weights + KV cache
+
+
+def _out(x):
+    """A 0-d result back to a Python float; arrays stay arrays."""
+    return float(x) if np.ndim(x) == 0 else x
+
 
 class Costs(BaseModel):
-    """Per-model constants at one dtype (DESIGN.md: W, k, F, a), plus what MoE needs for W(c)."""
+    """Per-model constants at one dtype (docs/model.md: W, k, F, a), plus what MoE needs for W(c)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     bytes_per_param: int
-    weight_bytes: float  # W at one token per step (the active size)
+    weight_bytes: float  # W at one token per step (the active size; the input embedding is a gather)
     kv_bytes_per_token: float  # k
     flops_per_token: float  # F
     attn_flops_per_ctx_token: float  # a
@@ -27,6 +39,7 @@ class Costs(BaseModel):
     moe_top_k: Optional[int] = None
     moe_layers: int = 0
     moe_expert_bytes: float = 0.0  # one expert in one layer
+    total_weight_bytes: Optional[float] = None  # every parameter (all experts, input embedding); None: not recorded
 
     @classmethod
     def from_spec(cls, spec: ModelSpec, bytes_per_param: int) -> "Costs":
@@ -41,59 +54,153 @@ class Costs(BaseModel):
             moe_top_k=moe.top_k if moe else None,
             moe_layers=moe.moe_layers if moe else 0,
             moe_expert_bytes=float(moe.expert_params * bytes_per_param) if moe else 0.0,
+            total_weight_bytes=float(spec.params_total * bytes_per_param),
         )
 
-    def weight_bytes_for(self, tokens: float) -> float:
-        """W(c): bytes of weights one step reads when it processes ``tokens`` tokens (MoE: experts touched)."""
-        if not self.moe_num_experts or tokens <= 1:
-            return self.weight_bytes
-        e, k = self.moe_num_experts, self.moe_top_k or 1
-        touched = e * (1.0 - (1.0 - k / e) ** tokens)  # uniform routing, DESIGN.md
-        return self.weight_bytes + self.moe_layers * (touched - k) * self.moe_expert_bytes
+    def weight_bytes_for(self, tokens):
+        """W(c): see :func:`weight_bytes`."""
+        return weight_bytes(self, tokens)
 
 
-def smooth_max(x: float, y: float, p: float) -> float:
-    """(x^p + y^p)^(1/p): tends to max(x, y) as p grows; p is fitted when the smooth form is chosen."""
-    if x <= 0 or y <= 0:
-        return max(x, y)
-    m = max(x, y)
-    return m * ((x / m) ** p + (y / m) ** p) ** (1.0 / p)
+# ---------------------------------------------------------------- bytes and FLOPs
 
 
-def _combine(mem: float, comp: float, p: Optional[float]) -> float:
-    return max(mem, comp) if p is None else smooth_max(mem, comp, p)
+def weight_bytes(costs: Costs, tokens):
+    """W(c): weight bytes one step reads when it processes ``tokens`` tokens. MoE: the shared
+    weights plus the experts touched, E*(1 - (1 - k/E)^c) per layer (uniform routing)."""
+    tokens = np.asarray(tokens, dtype=float)
+    if not costs.moe_num_experts:
+        return _out(np.full_like(tokens, costs.weight_bytes))
+    e, k = costs.moe_num_experts, costs.moe_top_k or 1
+    touched = e * (1.0 - (1.0 - k / e) ** tokens)
+    w = costs.weight_bytes + costs.moe_layers * (touched - k) * costs.moe_expert_bytes
+    return _out(np.where(tokens <= 1, costs.weight_bytes, w))
 
 
-def decode_step_s(c: float, s: float, costs: Costs, t0: float, bw: float, phi: float,
-                  p: Optional[float] = None, t_seq: float = 0.0) -> float:
-    """t_dec(c, s) = t0 + c*t_seq + max((W(c) + c*s*k)/BW, c*(F + s*a)/PHI)  (DESIGN.md, decode step).
-
-    ``t_seq`` is a per-sequence cost outside the roofline terms (attention and sampling kernels
-    far from either roof, per-sequence bookkeeping). It is zero unless an overhead probe measured it.
-    """
-    mem = (costs.weight_bytes_for(c) + c * s * costs.kv_bytes_per_token) / bw
-    comp = c * (costs.flops_per_token + s * costs.attn_flops_per_ctx_token) / phi
-    return t0 + c * t_seq + _combine(mem, comp, p)
+def all_weight_bytes(costs: Costs) -> float:
+    """Every weight of the model (all experts, the input embedding of an untied model): what a
+    weight sync moves and what the optimizer updates. Profiles that did not record the total
+    fall back on W plus the experts no token touches."""
+    if costs.total_weight_bytes is not None:
+        return costs.total_weight_bytes
+    k = costs.moe_top_k or 1
+    return costs.weight_bytes + costs.moe_layers * ((costs.moe_num_experts or k) - k) * costs.moe_expert_bytes
 
 
-def prefill_s(c: float, prompt_len: float, costs: Costs, t0: float, bw: float, phi: float,
-              p: Optional[float] = None) -> float:
-    """Prefill of c prompts of p tokens: t0 + max(W/BW, c*p*(F + p*a/2)/PHI)  (DESIGN.md)."""
-    mem = costs.weight_bytes_for(c * prompt_len) / bw
-    comp = c * prompt_len * (costs.flops_per_token + prompt_len * costs.attn_flops_per_ctx_token / 2) / phi
-    return t0 + _combine(mem, comp, p)
+def mean_context(prompt_len, output_len):
+    """Mean context over a static batch's decode steps: p + o/2."""
+    return _out(prompt_len + np.asarray(output_len, dtype=float) / 2)
 
 
-def train_step_s(b: float, seq_len: float, costs: Costs, t0: float, phi_train: float) -> float:
+def decode_bytes(costs: Costs, c, s):
+    """Bytes one decode step of c sequences at mean context s reads: W(c) + c*s*k."""
+    return weight_bytes(costs, c) + c * s * costs.kv_bytes_per_token
+
+
+def decode_flops(costs: Costs, c, s):
+    """FLOPs of one decode step: c*(F + s*a) (2 per weight per token; QK^T and AV over s tokens)."""
+    return c * (costs.flops_per_token + s * costs.attn_flops_per_ctx_token)
+
+
+def prefill_bytes(costs: Costs, c, p):
+    """Bytes a prefill of c prompts of p tokens reads: W(c*p) (the weights once; causal attention
+    within the prompt stays on chip, and the KV write is not counted, as in the prefill step time)."""
+    return weight_bytes(costs, c * p)
+
+
+def prefill_flops(costs: Costs, c, p):
+    """FLOPs of a prefill of c prompts of p tokens: c*p*(F + p*a/2) (causal: half the attention)."""
+    return c * p * (costs.flops_per_token + p * costs.attn_flops_per_ctx_token / 2)
+
+
+def train_flops(costs: Costs, b, seq_len):
+    """Forward + backward of b sequences of S tokens ~ 3x the forward, 3*b*S*(F + S*a/2)
+    (Kaplan et al. 2020; nanoGPT's estimate_mfu)."""
+    return 3.0 * prefill_flops(costs, b, seq_len)
+
+
+# ---------------------------------------------------------------- memory time against compute time
+
+
+def combine(mem, comp, p: Optional[float] = None):
+    """The step's roofline time from its memory and compute times: max(mem, comp), or the smooth
+    maximum (mem^p + comp^p)^(1/p) when p is fitted (p = 1: the two add, no overlap)."""
+    if p is None:
+        return _out(np.maximum(mem, comp))
+    m = np.maximum(mem, comp)
+    safe = np.where(m > 0, m, 1.0)
+    r = m * ((np.asarray(mem) / safe) ** p + (np.asarray(comp) / safe) ** p) ** (1.0 / p)
+    return _out(np.where(m > 0, r, m))
+
+
+# ---------------------------------------------------------------- step times
+
+
+def decode_step_s(c, s, costs: Costs, t0: float, bw: float, phi: float, p: Optional[float] = None,
+                  t_seq: float = 0.0):
+    """t_dec(c, s) = t0 + c*t_seq + max((W(c) + c*s*k)/BW, c*(F + s*a)/PHI)  (Williams et al. 2009's
+    roofline per step; t_seq: a per-sequence cost near neither roof, fitted only with an overhead probe)."""
+    return _out(t0 + c * t_seq + combine(decode_bytes(costs, c, s) / bw, decode_flops(costs, c, s) / phi, p))
+
+
+def prefill_tokens_s(q1, q2, costs: Costs, t0: float, bw: float, phi: float, p: Optional[float] = None):
+    """A prefill-only step over prompts whose lengths sum to q1 and whose squares sum to q2:
+    t0 + max(W(q1)/BW, (q1*F + q2*a/2)/PHI)."""
+    comp = (q1 * costs.flops_per_token + q2 * costs.attn_flops_per_ctx_token / 2) / phi
+    return _out(t0 + combine(weight_bytes(costs, q1) / bw, comp, p))
+
+
+def prefill_s(c, prompt_len, costs: Costs, t0: float, bw: float, phi: float, p: Optional[float] = None):
+    """Prefill of c prompts of p tokens: t0 + max(W(c*p)/BW, c*p*(F + p*a/2)/PHI)."""
+    return prefill_tokens_s(c * prompt_len, c * prompt_len * prompt_len, costs, t0, bw, phi, p)
+
+
+def mixed_step_s(costs: Costs, dec, ctx, q1, q2, t0: float, bw: float, phi: float, phi_prefill: float,
+                 p: Optional[float] = None, t_seq: float = 0.0):
+    """One forward pass holding ``dec`` decodes with summed context ``ctx`` and prefill tokens
+    (q1 tokens, q2 their squares summed per prompt), as a continuous-batching engine runs it: the
+    weights of every token and the decodes' KV are read once; the prefill FLOPs are done at the
+    prefill's own rate. With q1 = 0 it is :func:`decode_step_s` at s = ctx/dec."""
+    mem = weight_bytes(costs, dec + q1) + ctx * costs.kv_bytes_per_token
+    comp = (dec * costs.flops_per_token + ctx * costs.attn_flops_per_ctx_token) / phi \
+        + (q1 * costs.flops_per_token + q2 * costs.attn_flops_per_ctx_token / 2) / phi_prefill
+    return _out(t0 + dec * t_seq + combine(mem / bw, comp, p))
+
+
+def static_batch_s(prefill_time, decode_step_time, output_len, overhead_s: float = 0.0):
+    """One static batch: overhead, its prefill, then output_len - 1 decode steps (the prefill
+    emits the first token)."""
+    return overhead_s + prefill_time + np.maximum(np.asarray(output_len) - 1, 0) * decode_step_time
+
+
+def train_step_s(b, seq_len, costs: Costs, t0: float, phi_train: float):
     """Training micro-step: t0 + 3*b*S*(F + S*a/2)/PHI_train (forward + backward ~ 3x forward)."""
-    return t0 + 3.0 * b * seq_len * (costs.flops_per_token + seq_len * costs.attn_flops_per_ctx_token / 2) / phi_train
+    return _out(t0 + train_flops(costs, b, seq_len) / phi_train)
+
+
+def forward_pass_s(b, seq_len, costs: Costs, t0: float, phi_train: float):
+    """A forward pass only (log-probs, values): t0 + b*S*(F + S*a/2)/PHI_train, a third of the
+    micro-step's compute."""
+    return _out(t0 + train_flops(costs, b, seq_len) / 3.0 / phi_train)
+
+
+def transfer_s(nbytes: float, bytes_per_s: float, latency_s: float = 0.0) -> float:
+    """Moving ``nbytes`` over a link of ``bytes_per_s``: latency + bytes/rate."""
+    return latency_s + nbytes / bytes_per_s
+
+
+def device_copy_s(nbytes: float, bw: float, latency_s: float = 0.0) -> float:
+    """Copying ``nbytes`` within one device's memory of bandwidth ``bw``: a copy reads and writes
+    every byte, so it moves at BW/2."""
+    return transfer_s(nbytes, bw / 2.0, latency_s)
+
+
+# ---------------------------------------------------------------- knees
 
 
 def knee_concurrency(costs: Costs, s: float, bw: float, phi: float) -> Optional[float]:
-    """c* = W / ((F + s*a)*BW/PHI - s*k); None when decode stays memory-bound at every concurrency.
-
-    Dense form (W fixed). For MoE use :func:`knee_concurrency_numeric`, since W grows with c.
-    """
+    """Dense closed form c* = W / ((F + s*a)*BW/PHI - s*k); None when decode stays memory-bound
+    at every concurrency (KV reads grow as fast as the arithmetic)."""
     denom = (costs.flops_per_token + s * costs.attn_flops_per_ctx_token) * bw / phi - s * costs.kv_bytes_per_token
     if denom <= 0:
         return None
@@ -101,16 +208,40 @@ def knee_concurrency(costs: Costs, s: float, bw: float, phi: float) -> Optional[
 
 
 def knee_concurrency_numeric(costs: Costs, s: float, bw: float, phi: float, c_max: float = 1e7) -> Optional[float]:
-    """Where the memory and compute terms of t_dec cross, by bisection (handles W(c) of MoE)."""
+    """Where the memory and compute terms of t_dec cross, by bisection (MoE: W grows with c)."""
+    return first_crossing(lambda c: decode_flops(costs, c, s) / phi - decode_bytes(costs, c, s) / bw, 1e-6, c_max)
+
+
+def knee(costs: Costs, s: float, bw: float, phi: float) -> Optional[float]:
+    """The decode knee at context s: closed form for dense models, numeric for MoE."""
+    if costs.moe_num_experts:
+        return knee_concurrency_numeric(costs, s, bw, phi)
+    return knee_concurrency(costs, s, bw, phi)
+
+
+def short_context_knee(costs: Costs, bw: float, phi: float) -> Optional[float]:
+    """The knee as the context goes to 0. Dense: (PHI/BW)*(W/F); MoE: numeric, since the bytes
+    grow with the experts the batch touches (one token's weights would put it 10x too low)."""
+    return knee(costs, 0.0, bw, phi)
+
+
+def generation_knee(costs: Costs, prompt_len: float, output_len: int, bw: float, phi: float,
+                    phi_prefill: float) -> Optional[float]:
+    """Where a whole static batch turns compute-bound: the memory time of its prefill and decode
+    steps equals their compute time, prefill FLOPs included (they share the device with decode,
+    so a long prompt moves the bend of the tokens/s curve below the decode knee)."""
+    s = mean_context(prompt_len, output_len)
+    steps = max(output_len - 1, 0)
+
     def gap(c: float) -> float:
-        mem = (costs.weight_bytes_for(c) + c * s * costs.kv_bytes_per_token) / bw
-        comp = c * (costs.flops_per_token + s * costs.attn_flops_per_ctx_token) / phi
+        mem = (steps * decode_bytes(costs, c, s) + prefill_bytes(costs, c, prompt_len)) / bw
+        comp = steps * decode_flops(costs, c, s) / phi + prefill_flops(costs, c, prompt_len) / phi_prefill
         return comp - mem
 
-    return first_crossing(gap, 1e-6, c_max)
+    return first_crossing(gap, 1e-3, 1e8)
 
 
-def first_crossing(gap, lo: float, hi: float) -> Optional[float]:
+def first_crossing(gap: Callable[[float], float], lo: float, hi: float) -> Optional[float]:
     """Where an increasing ``gap(c)`` (compute time minus memory time) turns positive, by
     bisection in log c; None when it never does below ``hi``."""
     if gap(hi) <= 0:
@@ -123,96 +254,49 @@ def first_crossing(gap, lo: float, hi: float) -> Optional[float]:
     return math.sqrt(lo * hi)
 
 
-# ---------------------------------------------------------------- fitted parameters
+def decode_ceiling_tokens_per_s(costs: Costs, s, phi: float, t_seq: float = 0.0):
+    """The compute ceiling of decode tokens/s at large concurrency: each sequence costs its FLOPs
+    plus the per-sequence cost, 1/((F + s*a)/PHI + t_seq)."""
+    return _out(1.0 / (decode_flops(costs, 1.0, s) / phi + t_seq))
 
 
-class DecodeParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    t0_s: float
-    bw_bytes_per_s: float
-    phi_flops_per_s: float
-    smooth_p: Optional[float] = None  # None: the hard max form
-    t_seq_s: float = 0.0  # per-sequence cost per step, fitted only with an overhead probe
+def single_stream_bound(costs: Costs, peak_bw: float) -> float:
+    """Upper bound of one sequence's decode tokens/s: peak bandwidth over the weight bytes per token."""
+    return peak_bw / costs.weight_bytes
 
 
-class PrefillParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    t0_s: float
-    bw_bytes_per_s: float
-    phi_flops_per_s: float
+# ---------------------------------------------------------------- memory
 
 
-class TrainParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    t0_s: float
-    phi_flops_per_s: float
-    optimizer_step_s: float = 0.0  # per mini-batch (AdamW update)
-    mem0_bytes: Optional[float] = None  # M(b) = M0 + b*m
-    mem_per_sample_bytes: Optional[float] = None
-    device_memory_bytes: Optional[float] = None
+def memory_line(b, mem0: float, mem_per_sample: float):
+    """Peak training memory of a micro-batch of b sequences: M(b) = M0 + b*m."""
+    return _out(mem0 + np.asarray(b, dtype=float) * mem_per_sample)
 
 
-class ThroughputModel(BaseModel):
-    """Everything needed to evaluate step times for one model on one device."""
+def max_micro_batch(mem0: Optional[float], mem_per_sample: Optional[float], device_bytes: Optional[float],
+                    smallest_oom: Optional[int] = None) -> Optional[int]:
+    """Largest b with M0 + b*m within device memory, capped below the smallest micro-batch that
+    ran out of memory; None when the line or the device memory is unknown."""
+    if mem0 is None or not mem_per_sample or mem_per_sample <= 0 or not device_bytes:
+        return None
+    b = max(int(math.floor((device_bytes - mem0) / mem_per_sample)), 0)
+    if smallest_oom is not None and smallest_oom <= b:
+        b = smallest_oom - 1
+    return b
 
-    model_config = ConfigDict(extra="forbid")
-    source: Literal["fit", "analytic", "calibrated"]
-    costs: Costs
-    decode: Optional[DecodeParams] = None
-    prefill: Optional[PrefillParams] = None
-    train: Optional[TrainParams] = None
-    kv_cache_tokens: Optional[int] = None  # engine KV capacity, when known
-    max_num_seqs: Optional[int] = None
-    gen_overhead_s: float = 0.0  # per generate call, outside prefill and decode steps (setup, sampling glue)
 
-    def decode_step_s(self, c: float, s: float) -> float:
-        d = self._need(self.decode, "decode")
-        return decode_step_s(c, s, self.costs, d.t0_s, d.bw_bytes_per_s, d.phi_flops_per_s, d.smooth_p, d.t_seq_s)
+def kv_cache_tokens(costs: Costs, device_bytes: float, utilization: float = VLLM_GPU_MEMORY_UTILIZATION) -> int:
+    """KV-cache tokens an engine holds: its share of device memory minus every weight, over k."""
+    free = utilization * device_bytes - all_weight_bytes(costs)
+    return int(free / costs.kv_bytes_per_token) if free > 0 else 0
 
-    def decode_tokens_per_s(self, c: float, s: float) -> float:
-        return c / self.decode_step_s(c, s)
 
-    def prefill_s(self, c: float, prompt_len: float) -> float:
-        pp = self.prefill
-        if pp is None:  # fall back on the decode parameters, which share the same physics
-            d = self._need(self.decode, "decode")
-            return prefill_s(c, prompt_len, self.costs, d.t0_s, d.bw_bytes_per_s, d.phi_flops_per_s)
-        return prefill_s(c, prompt_len, self.costs, pp.t0_s, pp.bw_bytes_per_s, pp.phi_flops_per_s)
+def training_state_bytes(costs: Costs) -> float:
+    """Weights, gradients and Adam states of mixed-precision training, 16 bytes per parameter."""
+    return ADAM_BYTES_PER_PARAM * all_weight_bytes(costs) / costs.bytes_per_param
 
-    def generation_tokens_per_s(self, c: float, prompt_len: float, output_len: int) -> float:
-        """Static batch: prefill, then output_len - 1 decode steps at mean context (as the hf backend measures)."""
-        steps = max(output_len - 1, 0)
-        s_mean = prompt_len + output_len / 2
-        total = self.gen_overhead_s + self.prefill_s(c, prompt_len) + steps * self.decode_step_s(c, s_mean)
-        return c * output_len / total
 
-    def knee(self, s: float) -> Optional[float]:
-        d = self._need(self.decode, "decode")
-        if self.costs.moe_num_experts:
-            return knee_concurrency_numeric(self.costs, s, d.bw_bytes_per_s, d.phi_flops_per_s)
-        return knee_concurrency(self.costs, s, d.bw_bytes_per_s, d.phi_flops_per_s)
-
-    def train_step_s(self, b: float, seq_len: float) -> float:
-        t = self._need(self.train, "training")
-        return train_step_s(b, seq_len, self.costs, t.t0_s, t.phi_flops_per_s)
-
-    def train_tokens_per_s(self, b: float, seq_len: float) -> float:
-        """Tokens/s of one micro-step followed by its optimizer step (what a training point measures)."""
-        t = self._need(self.train, "training")
-        return b * seq_len / (self.train_step_s(b, seq_len) + t.optimizer_step_s)
-
-    def max_micro_batch(self) -> Optional[int]:
-        """Largest micro-batch with M0 + b*m below device memory; None when unknown."""
-        t = self.train
-        if not t or t.mem0_bytes is None or not t.mem_per_sample_bytes or not t.device_memory_bytes:
-            return None
-        b = math.floor((t.device_memory_bytes - t.mem0_bytes) / t.mem_per_sample_bytes)
-        return max(b, 0)
-
-    @staticmethod
-    def _need(x, what: str):
-        if x is None:
-            from throughputlab.errors import UserError
-
-            raise UserError(f"the throughput model has no {what} part: measure or predict {what} first")
-        return x
+def activation_bytes_per_sequence(spec: ModelSpec, seq_len: int, bytes_per_param: int) -> float:
+    """Activations kept for backward per sequence: 34*S*h per layer at 16 bits with flash attention
+    (Korthikanti et al. 2022, table 2, without the s^2 term), plus fp32 logits and their gradient."""
+    return spec.num_layers * seq_len * spec.hidden_size * 34 * bytes_per_param / 2 + seq_len * spec.vocab_size * 8

@@ -9,16 +9,17 @@ import click
 
 from throughputlab.commands.options import IntList, check_writable
 from throughputlab.errors import UserError
+from throughputlab.fit.schema import DEFAULT_BOOTSTRAP, DEFAULT_SEED
 
 
 @click.command(context_settings={"show_default": True})
 @click.argument("profile", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--bootstrap", type=click.IntRange(min=0), default=200,
+@click.option("--bootstrap", type=click.IntRange(min=0), default=DEFAULT_BOOTSTRAP,
               help="Refits on raw samples resampled within each point, for percentile intervals (0: Jacobian intervals only).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the profile with its fit here (default: update PROFILE in place).")
 @click.option("--no-save", is_flag=True, help="Print the summary without storing the fit.")
-@click.option("--seed", type=int, default=0, help="Seed of the bootstrap.")
+@click.option("--seed", type=int, default=DEFAULT_SEED, help="Seed of the bootstrap.")
 def fit(profile: Path, bootstrap: int, output: Optional[Path], no_save: bool, seed: int) -> None:
     """Fit the decode, prefill and training models of a measured profile and store the fit in it.
 
@@ -70,11 +71,9 @@ def predict(profile_path, model, gpu, dtype, calibrate, concurrency, prompt_len,
       throughputlab predict --model qwen2.5-7b --gpu h200
       throughputlab predict --model qwen2.5-7b --gpu h200 --calibrate a100-profile.json -o h200.json
     """
-    from throughputlab.fit import load_fit
-    from throughputlab.predict import (
-        generation_table, predict_analytic, predict_from_profile, short_context_knee, single_stream_bound,
-        training_table,
-    )
+    from throughputlab.fit.schema import load_fit, micro_batch_statement
+    from throughputlab.predict import generation_table, predict_analytic, predict_from_profile, training_table
+    from throughputlab.roofline import single_stream_bound
     from throughputlab.profile import Profile
 
     if (profile_path is None) == (model is None):
@@ -110,18 +109,18 @@ def predict(profile_path, model, gpu, dtype, calibrate, concurrency, prompt_len,
             click.echo(fit.generation.knee_note)
             if fit.generation.generation_knee_note:
                 click.echo(fit.generation.generation_knee_note)
-        click.echo(f"knee as the context goes to 0: {short_context_knee(m):.4g}")
+        k0 = m.short_context_knee()
+        click.echo("knee as the context goes to 0: " + (f"{k0:.4g}" if k0 is not None else "none (memory-bound)"))
         if fit.peaks.datasheet_bytes_per_s:
             click.echo(f"single-sequence bound, datasheet bandwidth / weight bytes: "
-                       f"{single_stream_bound(m, fit.peaks.datasheet_bytes_per_s):,.1f} tokens/s")
+                       f"{single_stream_bound(m.costs, fit.peaks.datasheet_bytes_per_s):,.1f} tokens/s")
         if m.kv_cache_tokens is not None:
             click.echo(f"KV cache: {m.kv_cache_tokens:,} tokens "
                        f"({m.kv_cache_tokens / (st.prompt_len + st.output_len):,.0f} sequences of this length)")
     if m.train is not None:
         click.echo(f"training, sequence length {st.seq_len}:")
         click.echo(training_table(m, bs, st.seq_len).to_string(index=False, float_format=_num))
-        mb = m.max_micro_batch()
-        click.echo(f"largest micro-batch that fits: {mb if mb is not None else 'unknown (no memory line)'}")
+        click.echo(micro_batch_statement(fit))
     if output is not None:
         pred.save(output)
         click.echo(f"prediction written to {output}")

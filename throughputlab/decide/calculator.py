@@ -18,7 +18,7 @@ from throughputlab.decide.curves import CurvesResult, CurvesSpec, Direction, NSt
 from throughputlab.decide.rollout import EngineCaps
 from throughputlab.decide.steptime import RLShape, StepModel, StepTime, critic_costs_for, overlap_note
 from throughputlab.errors import UserError
-from throughputlab.roofline import ThroughputModel
+from throughputlab.throughput import ThroughputModel
 
 SampleUnit = Literal["responses", "prompts"]
 

@@ -21,7 +21,7 @@ from typing import Literal, Optional
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from throughputlab.decide.rollout import parse_kv
+from throughputlab.decide.lengths import parse_kv
 from throughputlab.errors import UserError
 
 Direction = Literal["max", "min"]

@@ -107,7 +107,6 @@ def decision_section(d: Decision, title: str = "Batch-size decision") -> Section
     notes.append(f"Samples are {d.sample_unit}; samples-to-target from {d.nstar_source}; learning-rate rule {d.lr_rule}.")
     notes.extend(d.notes)
     figs = []
-    labels = [r.label for r in d.rows]
 
     known = [r for r in d.rows if r.time_ratio is not None or r.time_to_target_s is not None]
     if known:

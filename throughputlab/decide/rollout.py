@@ -23,171 +23,19 @@ from __future__ import annotations
 
 import heapq
 import math
-import re
 from collections import deque
-from pathlib import Path
 from functools import lru_cache
-from typing import Literal, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from throughputlab import roofline as rf
+from throughputlab.decide.lengths import LengthDist  # noqa: F401  (simulate_rollout's callers pass one)
 from throughputlab.errors import UserError
-from throughputlab.roofline import ThroughputModel, knee_concurrency, knee_concurrency_numeric
+from throughputlab.throughput import ThroughputModel
 
 TIMELINE_POINTS = 240  # points kept of the concurrency-over-time curve
-
-
-# ---------------------------------------------------------------- response lengths
-
-
-class LengthDist(BaseModel):
-    """Response lengths in tokens: observed values (resampled) or a parametric form, cut at ``max_tokens``."""
-
-    model_config = ConfigDict(extra="forbid")
-    kind: Literal["observed", "lognormal", "uniform", "fixed"]
-    mean: Optional[float] = None  # lognormal: mean length in tokens (before the cut)
-    sigma: Optional[float] = None  # lognormal: standard deviation of log(length)
-    low: Optional[int] = None  # uniform
-    high: Optional[int] = None  # uniform, inclusive; fixed uses it as the length
-    max_tokens: Optional[int] = None  # the generation cut; responses longer than it stop there
-    values: list[int] = []  # observed
-    source: Optional[str] = None  # where the observed values came from
-
-    def sample(self, n: int, seed: int = 0) -> np.ndarray:
-        """``n`` lengths, deterministic for a seed; always in [1, max_tokens]."""
-        rng = np.random.default_rng(seed)
-        if self.kind == "observed":
-            x = rng.choice(np.asarray(self.values, dtype=np.int64), size=n, replace=True)
-        elif self.kind == "lognormal":
-            mu = math.log(self.mean) - self.sigma ** 2 / 2  # so that E[length] = mean
-            x = np.rint(rng.lognormal(mu, self.sigma, size=n))
-        elif self.kind == "uniform":
-            x = rng.integers(self.low, self.high + 1, size=n)
-        else:
-            x = np.full(n, self.high)
-        x = np.maximum(np.asarray(x, dtype=np.int64), 1)
-        if self.max_tokens is not None:
-            x = np.minimum(x, self.max_tokens)
-        return x
-
-    def describe(self) -> str:
-        cut = f", cut at {self.max_tokens}" if self.max_tokens else ""
-        if self.kind == "observed":
-            return f"{len(self.values)} observed lengths from {self.source or 'a list'} (resampled){cut}"
-        if self.kind == "lognormal":
-            return f"lognormal, mean {self.mean:g} tokens, sigma {self.sigma:g}{cut}"
-        if self.kind == "uniform":
-            return f"uniform {self.low}..{self.high} tokens{cut}"
-        return f"fixed {self.high} tokens{cut}"
-
-
-_DIST_KEYS = {"lognormal": {"mean", "sigma", "max"}, "uniform": {"min", "max"}, "fixed": {"len"}}
-
-
-def parse_length_dist(text: str, option: str = "--response-dist") -> LengthDist:
-    """``lognormal:mean=300,sigma=0.6,max=1024`` | ``uniform:min=16,max=512`` | ``fixed:len=256``."""
-    kind, _, rest = str(text).strip().partition(":")
-    kind = kind.strip().lower()
-    if kind not in _DIST_KEYS:
-        raise UserError(f"{option} {text!r}: unknown form {kind!r}; use lognormal:mean=..,sigma=..,max=.. "
-                        "or uniform:min=..,max=.. or fixed:len=..")
-    kv = parse_kv(rest, option, text)
-    unknown = set(kv) - _DIST_KEYS[kind]
-    missing = {"mean", "sigma"} - set(kv) if kind == "lognormal" else _DIST_KEYS[kind] - set(kv)
-    if unknown or missing:
-        what = f"unknown key(s) {', '.join(sorted(unknown))}" if unknown else f"missing {', '.join(sorted(missing))}"
-        raise UserError(f"{option} {text!r}: {what}; {kind} takes {', '.join(sorted(_DIST_KEYS[kind]))}")
-    try:
-        if kind == "lognormal":
-            mean, sigma = float(kv["mean"]), float(kv["sigma"])
-            cut = _pos_int(kv["max"], option, "max") if "max" in kv else None
-            if not (mean > 0 and sigma >= 0 and math.isfinite(mean) and math.isfinite(sigma)):
-                raise ValueError
-            return LengthDist(kind="lognormal", mean=mean, sigma=sigma, max_tokens=cut)
-        if kind == "uniform":
-            lo, hi = _pos_int(kv["min"], option, "min"), _pos_int(kv["max"], option, "max")
-            if hi < lo:
-                raise UserError(f"{option} {text!r}: max must be at least min")
-            return LengthDist(kind="uniform", low=lo, high=hi, max_tokens=hi)
-        n = _pos_int(kv["len"], option, "len")
-        return LengthDist(kind="fixed", high=n, max_tokens=n)
-    except ValueError:
-        raise UserError(f"{option} {text!r}: mean must be positive and sigma non-negative numbers") from None
-
-
-def parse_kv(rest: str, option: str, text: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for part in filter(None, (p.strip() for p in rest.split(","))):
-        key, eq, value = part.partition("=")
-        if not eq or not key.strip() or not value.strip():
-            raise UserError(f"{option} {text!r}: expected key=value pairs separated by commas, got {part!r}")
-        out[key.strip()] = value.strip()
-    return out
-
-
-def _pos_int(v: str, option: str, key: str) -> int:
-    try:
-        f = float(v)
-    except ValueError:
-        f = -1.0
-    if not (f >= 1 and f == int(f)):
-        raise UserError(f"{option}: {key} must be a positive integer, got {v!r}")
-    return int(f)
-
-
-def read_lengths_file(path: str | Path, max_tokens: Optional[int] = None,
-                      option: str = "--response-lengths") -> LengthDist:
-    """Observed response lengths: numbers separated by whitespace or commas, a JSON list, or a
-    CSV whose single column (or column named response_len, length or tokens) holds them."""
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise UserError(f"{option} {path}: cannot read it ({e.strerror or e})") from None
-    values: list[float]
-    stripped = text.strip()
-    if stripped.startswith("["):
-        import json
-
-        try:
-            values = [float(x) for x in json.loads(stripped)]
-        except (ValueError, TypeError):
-            raise UserError(f"{option} {path}: expected a JSON list of numbers") from None
-    else:
-        tokens = [t for t in re.split(r"[\s,;]+", stripped) if t]
-        try:
-            values = [float(t) for t in tokens]
-        except ValueError:
-            values = _lengths_from_csv(p, option)
-    if not values:
-        raise UserError(f"{option} {path}: holds no lengths; write one response length (tokens) per line")
-    arr = np.asarray(values, dtype=float)
-    if not np.all(np.isfinite(arr)) or np.any(arr < 1) or np.any(arr != np.round(arr)):
-        raise UserError(f"{option} {path}: lengths must be positive whole token counts")
-    return LengthDist(kind="observed", values=[int(v) for v in arr], max_tokens=max_tokens, source=str(path))
-
-
-def _lengths_from_csv(p: Path, option: str) -> list[float]:
-    import pandas as pd
-
-    try:
-        df = pd.read_csv(p)
-    except Exception as e:  # pandas raises several parser errors; all mean "not a table we can read"
-        raise UserError(f"{option} {p}: not a list of numbers nor a readable CSV ({type(e).__name__})") from None
-    for name in ("response_len", "response_length", "length", "tokens", "num_tokens"):
-        if name in df.columns:
-            col = df[name]
-            break
-    else:
-        if len(df.columns) != 1:
-            raise UserError(f"{option} {p}: CSV has columns {', '.join(map(str, df.columns))}; "
-                            "name the length column response_len")
-        col = df.iloc[:, 0]
-    col = pd.to_numeric(col, errors="coerce")
-    if col.isna().any():
-        raise UserError(f"{option} {p}: the length column holds non-numbers")
-    return col.astype(float).tolist()
 
 
 # ---------------------------------------------------------------- engine limits
@@ -417,43 +265,17 @@ def _steps_that_fit(run_ctx: np.ndarray, k_max: int, bs: int, total_blocks: int)
 # ---------------------------------------------------------------- step costs
 
 
-def _combine(mem, comp, p: Optional[float]):
-    if p is None:
-        return np.maximum(mem, comp)
-    m = np.maximum(np.maximum(mem, comp), 1e-300)
-    return m * ((mem / m) ** p + (comp / m) ** p) ** (1.0 / p)
-
-
-def _weight_bytes(model: ThroughputModel, tokens: np.ndarray) -> np.ndarray:
-    """Vectorised ``Costs.weight_bytes_for``: W(c), with the experts a step touches for MoE."""
-    c = model.costs
-    tokens = np.asarray(tokens, dtype=float)
-    if not c.moe_num_experts:
-        return np.full_like(tokens, c.weight_bytes)
-    e, k = c.moe_num_experts, c.moe_top_k or 1
-    touched = e * (1.0 - (1.0 - k / e) ** tokens)
-    w = c.weight_bytes + c.moe_layers * (touched - k) * c.moe_expert_bytes
-    return np.where(tokens <= 1, c.weight_bytes, w)
-
-
 def step_costs(model: ThroughputModel, st: _Steps) -> tuple[np.ndarray, np.ndarray]:
-    """Time of each step and the part that is decode alone (roofline.py formulas, vectorised).
+    """Time of each step and the part that is decode alone, through the throughput model.
 
-    A mixed step is one forward pass: its memory term reads the weights and the decodes' KV,
-    its compute term adds the prefill FLOPs (at the prefill's own FLOP rate when fitted).
-    A step with prefill only is ``prefill_s`` exactly; one with decodes only, ``decode_step_s``.
+    A mixed step is one forward pass (``mixed_step_s``): its memory term reads the weights and the
+    decodes' KV, its compute term adds the prefill FLOPs at the prefill's own rate. A step with
+    prefill only is ``prefill_tokens_s``; one with decodes only, ``decode_step_s`` at s = ctx/dec.
     """
-    d = model._need(model.decode, "decode")
-    pp = model.prefill or d
-    c = model.costs
-    mem_dec = (_weight_bytes(model, st.dec + st.q1) + st.ctx * c.kv_bytes_per_token) / d.bw_bytes_per_s
-    comp_dec = (st.dec * c.flops_per_token + st.ctx * c.attn_flops_per_ctx_token) / d.phi_flops_per_s
-    comp_pre = (st.q1 * c.flops_per_token + st.q2 * c.attn_flops_per_ctx_token / 2) / pp.phi_flops_per_s
-    per_seq = st.dec * d.t_seq_s
-    mixed = d.t0_s + per_seq + _combine(mem_dec, comp_dec + comp_pre, d.smooth_p)
-    pure_prefill = pp.t0_s + np.maximum(_weight_bytes(model, st.q1) / pp.bw_bytes_per_s, comp_pre)
-    mem_only = (_weight_bytes(model, st.dec) + st.ctx * c.kv_bytes_per_token) / d.bw_bytes_per_s
-    decode_only = np.where(st.dec > 0, d.t0_s + per_seq + _combine(mem_only, comp_dec, d.smooth_p), 0.0)
+    zero = np.zeros_like(st.q1)
+    mixed = model.mixed_step_s(st.dec, st.ctx, st.q1, st.q2)
+    pure_prefill = model.prefill_tokens_s(st.q1, st.q2)
+    decode_only = np.where(st.dec > 0, model.mixed_step_s(st.dec, st.ctx, zero, zero), 0.0)
     has_dec = st.dec > 0
     t = np.where(has_dec, np.where(st.new > 0, mixed, decode_only), pure_prefill)
     return t, decode_only
@@ -514,15 +336,14 @@ def _kv_overflows(st: _Steps, starts: np.ndarray, ends: np.ndarray, prompt_len: 
 
 
 @lru_cache(maxsize=4096)
-def _knee_key(costs, t0: float, bw: float, phi: float, s: float) -> float:
-    knee = (knee_concurrency_numeric(costs, s, bw, phi) if costs.moe_num_experts
-            else knee_concurrency(costs, s, bw, phi))
+def _knee_key(costs, bw: float, phi: float, s: float) -> float:
+    knee = rf.knee(costs, s, bw, phi)
     return math.inf if knee is None else knee  # inf stays internal: no concurrency reaches it
 
 
 def _knee_cached(model: ThroughputModel, s: float) -> float:
-    d = model._need(model.decode, "decode")
-    return _knee_key(model.costs, d.t0_s, d.bw_bytes_per_s, d.phi_flops_per_s, s)
+    d = model.require("decode")
+    return _knee_key(model.costs, d.bw_bytes_per_s, d.phi_flops_per_s, s)
 
 
 def _summarise(model: ThroughputModel, st: _Steps, t: np.ndarray, decode_only: np.ndarray, lengths: np.ndarray,

@@ -16,10 +16,12 @@ from typing import Literal, Optional
 import numpy as np
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from throughputlab.decide.rollout import EngineCaps, LengthDist, RolloutResult, parse_length_dist, \
-    read_lengths_file, simulate_rollout
+from throughputlab import roofline as rf
+from throughputlab.decide.lengths import LengthDist, parse_length_dist, read_lengths_file
+from throughputlab.decide.rollout import EngineCaps, RolloutResult, simulate_rollout
 from throughputlab.errors import UserError
-from throughputlab.roofline import Costs, ThroughputModel
+from throughputlab.roofline import Costs
+from throughputlab.throughput import ThroughputModel
 
 Overlap = Literal["colocated", "separate", "off-policy"]
 OVERLAPS = ("colocated", "separate", "off-policy")
@@ -116,24 +118,10 @@ class StepTime(BaseModel):
         return self.responses / self.step_s
 
 
-def _forward_s(model: ThroughputModel, b: float, seq_len: float) -> float:
-    """A forward pass only: a third of the training micro-step's compute (forward + backward ~ 3x forward)."""
-    t0 = model.train.t0_s
-    return t0 + (model.train_step_s(b, seq_len) - t0) / 3.0
-
-
 def _passes_s(n: int, mb: int, seq_len: float, one) -> float:
     """``n`` sequences in micro-batches of ``mb`` (the last one partial)."""
     full, rest = divmod(n, mb)
     return full * one(mb, seq_len) + (one(rest, seq_len) if rest else 0.0)
-
-
-def full_weight_bytes(costs: Costs) -> float:
-    """All weights (every expert of an MoE), what a weight sync moves."""
-    if not costs.moe_num_experts:
-        return costs.weight_bytes
-    k = costs.moe_top_k or 1
-    return costs.weight_bytes + costs.moe_layers * (costs.moe_num_experts - k) * costs.moe_expert_bytes
 
 
 def micro_batch_for(model: ThroughputModel, requested: Optional[int], what: str = "train.micro_batch") -> int:
@@ -159,7 +147,7 @@ class StepModel:
         self.model = model
         self.shape = shape
         self.train_model = train_model or model
-        self.train_model._need(self.train_model.train, "training")
+        self.train_model.require("train")
         self.dist = shape.response.resolve()
         e = shape.engine
         self.caps = caps or EngineCaps(max_num_seqs=e.max_num_seqs or model.max_num_seqs,
@@ -192,9 +180,9 @@ class StepModel:
             if self.shape.overlap != "colocated":
                 raise UserError(f"with --overlap {self.shape.overlap} the weights cross devices: set sync.bytes_per_s "
                                 "(the link's bandwidth in bytes/s) in the RL shape file")
-            d = self.model._need(self.model.decode, "decode")
-            bw = d.bw_bytes_per_s / 2.0  # a device-to-device copy reads and writes every byte
-        return s.latency_s + full_weight_bytes(self.model.costs) / bw
+            d = self.model.require("decode")
+            return rf.device_copy_s(rf.all_weight_bytes(self.model.costs), d.bw_bytes_per_s, s.latency_s)
+        return rf.transfer_s(rf.all_weight_bytes(self.model.costs), bw, s.latency_s)
 
     def _update_s(self, model: ThroughputModel, n: int, seq_len: float, mb: int, param_scale: float) -> tuple[float, int]:
         """Epochs x mini-batches x micro-batches of gradient accumulation, optimizer step per mini-batch."""
@@ -222,14 +210,13 @@ class StepModel:
         tm = self.train_model
         tr = self.shape.train
         passes = int(tr.old_logprob) + int(tr.ref_logprob)
-        fwd = lambda b, s: _forward_s(tm, b, s)  # noqa: E731
-        logprob = passes * _passes_s(n, self.logprob_micro_batch, seq, fwd)
+        logprob = passes * _passes_s(n, self.logprob_micro_batch, seq, tm.forward_s)
         train, opt_steps = self._update_s(tm, n, seq, self.micro_batch, 1.0)
         critic = 0.0
         if self.critic_model is not None:
             cm = self.critic_model
-            scale = full_weight_bytes(cm.costs) / full_weight_bytes(tm.costs)
-            critic = _passes_s(n, self.critic_micro_batch, seq, lambda b, s: _forward_s(cm, b, s))
+            scale = rf.all_weight_bytes(cm.costs) / rf.all_weight_bytes(tm.costs)
+            critic = _passes_s(n, self.critic_micro_batch, seq, cm.forward_s)
             critic += self._update_s(cm, n, seq, self.critic_micro_batch, scale)[0]
         learn = logprob + train + critic
         if self.shape.overlap == "off-policy":

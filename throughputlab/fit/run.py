@@ -1,0 +1,61 @@
+"""``fit_profile``: every part a measured profile has, fitted, with knees and utilisation."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from throughputlab.errors import UserError
+from throughputlab.fit.generation import ceilings, fit_generation
+from throughputlab.fit.knees import generation_knee_statement, knee_statement
+from throughputlab.fit.schema import DEFAULT_SEED, FitResult, costs_of, peaks_of, probe_costs_of
+from throughputlab.fit.training import fit_training
+from throughputlab.fit.mbu import utilisation
+from throughputlab.profile import Profile, now_iso
+from throughputlab.throughput import ThroughputModel
+
+
+def fit_profile(profile: Profile, *, bootstrap: int = 0, seed: int = DEFAULT_SEED) -> FitResult:
+    """Fit every part the profile has measured. ``bootstrap`` > 0 adds percentile intervals
+    from refits on raw samples resampled within each point (Jacobian intervals otherwise);
+    ``throughputlab fit`` uses ``DEFAULT_BOOTSTRAP``."""
+    if profile.kind == "predicted":
+        raise UserError("this profile is a prediction, not a measurement: there is nothing to fit "
+                        "(pass a profile written by `throughputlab bench`)")
+    costs = costs_of(profile)
+    peaks = peaks_of(profile)
+    warnings: list[str] = []
+    gen_pts = [p for p in profile.generation if p.status == "ok" and p.samples]
+    train_pts = [p for p in profile.training if p.status == "ok" and p.samples]
+    if not gen_pts and not train_pts:
+        raise UserError("the profile has no successful points to fit: re-run `throughputlab bench` "
+                        "(points with status oom/error/skipped are not fitted)")
+    skipped = len(profile.generation) + len(profile.training) - len(gen_pts) - len(train_pts)
+    if skipped:
+        warnings.append(f"{skipped} point(s) without status ok were left out of the fit")
+
+    rng = np.random.default_rng(seed)
+    gen = pre = dec_params = pre_params = None
+    overhead = 0.0
+    if gen_pts:
+        gen, dec_params, pre, pre_params, overhead = fit_generation(gen_pts, costs, peaks, warnings, bootstrap, rng,
+                                                                    probe_costs_of(profile))
+    tr = tr_params = None
+    if train_pts:
+        tr, tr_params = fit_training(profile, train_pts, costs, peaks, warnings, bootstrap, rng, ceilings(peaks)[1])
+
+    engine = profile.engine
+    model = ThroughputModel(
+        source="fit", costs=costs, decode=dec_params, prefill=pre_params, train=tr_params,
+        kv_cache_tokens=engine.kv_cache_tokens if engine else None,
+        max_num_seqs=engine.max_num_seqs if engine else None, gen_overhead_s=overhead,
+    )
+    if gen is not None:
+        c_top = max(p.concurrency for p in gen_pts)
+        gen.knee_concurrency, gen.knee_note = knee_statement(model, gen.context_len, c_top)
+        ref = max(gen_pts, key=lambda p: p.concurrency)
+        gen.generation_knee_concurrency, gen.generation_knee_note = generation_knee_statement(
+            model, ref.prompt_len, ref.output_len, c_top)
+    return FitResult(
+        method="fit", created_at=now_iso(), model=model, peaks=peaks, generation=gen, prefill=pre, training=tr,
+        utilisation=utilisation(profile, costs, peaks), warnings=warnings, bootstrap_samples=bootstrap,
+    )

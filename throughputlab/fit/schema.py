@@ -1,0 +1,242 @@
+"""What a fit stores in ``Profile.fit``, and reading it back: the result schema of ``throughputlab
+fit`` (and of a prediction), with no scipy, so ``predict``, ``report`` and ``decide`` import it
+on any machine.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict
+
+from throughputlab.errors import UserError
+from throughputlab.hardware.peaks import peak_flops
+from throughputlab.models.spec import spec_from_config
+from throughputlab.profile import Profile
+from throughputlab.roofline import Costs
+from throughputlab.throughput import ThroughputModel
+
+log = logging.getLogger(__name__)
+
+FIT_SCHEMA_VERSION = 1
+CI_LEVEL = 0.95
+DEFAULT_BOOTSTRAP = 200  # `throughputlab fit` and a report that fits a profile with no stored fit
+DEFAULT_SEED = 0
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ParamEstimate(_Strict):
+    """One fitted parameter with its 95% interval; lo/hi None when the data cannot bound it."""
+
+    name: str
+    value: float
+    unit: str
+    lo: Optional[float] = None
+    hi: Optional[float] = None
+    identified: bool = True
+    note: Optional[str] = None
+
+
+class PointError(_Strict):
+    """Fitted and held-out prediction at one measured point (x: concurrency or micro-batch)."""
+
+    x: int
+    context_len: float  # decode: mean context; prefill: prompt length; training: sequence length
+    measured_tokens_per_s: Optional[float] = None
+    fitted_tokens_per_s: Optional[float] = None
+    loo_tokens_per_s: Optional[float] = None
+    loo_rel_error: Optional[float] = None  # (loo - measured) / measured
+    measured_s: Optional[float] = None  # the fitted time (decode step, prefill, micro-step)
+    fitted_s: Optional[float] = None
+    loo_s: Optional[float] = None
+
+
+class Utilisation(_Strict):
+    """Achieved bandwidth and FLOP/s of one measured point, as fractions of the two kinds of peak."""
+
+    phase: Literal["decode", "prefill", "train"]
+    x: int
+    context_len: float
+    status: str
+    time_s: Optional[float] = None
+    achieved_bytes_per_s: Optional[float] = None
+    achieved_flops_per_s: Optional[float] = None
+    mbu_datasheet: Optional[float] = None
+    mfu_datasheet: Optional[float] = None
+    mbu_microbench: Optional[float] = None
+    mfu_microbench: Optional[float] = None
+
+
+class Peaks(_Strict):
+    dtype: str
+    datasheet_device: Optional[str] = None
+    datasheet_bytes_per_s: Optional[float] = None
+    datasheet_flops_per_s: Optional[float] = None
+    datasheet_source: Optional[str] = None
+    microbench_bytes_per_s: Optional[float] = None  # the copy benchmark
+    microbench_flops_per_s: Optional[float] = None
+    microbench_dtype: Optional[str] = None
+    microbench_gemv_bytes_per_s: Optional[float] = None  # matrix-vector reads, the decode's access pattern
+
+
+class GenerationFit(_Strict):
+    target: Literal["decode_step_s", "tokens_per_s"]  # what the decode parameters were fitted to
+    form: Literal["max", "smooth"]
+    form_loo_mean_abs_error: dict[str, Optional[float]] = {}  # per candidate form, on tokens/s
+    params: list[ParamEstimate]
+    context_len: float  # the context at which the knee is stated
+    knee_concurrency: Optional[float] = None  # decode step alone
+    knee_note: str
+    generation_knee_concurrency: Optional[float] = None  # whole requests, prefill compute included
+    generation_knee_note: Optional[str] = None
+    n_points: int
+    rms_rel_residual: Optional[float] = None  # None for a prediction: nothing was fitted
+    points: list[PointError]
+    loo_max_abs_error: Optional[float] = None
+    # the overhead probe (same network, matrix widths shrunk), fitted jointly when the profile has it
+    probe_points: list[PointError] = []
+    probe_weight_bytes: Optional[float] = None
+
+
+class PrefillFit(_Strict):
+    params: list[ParamEstimate]
+    n_points: int
+    points: list[PointError]
+    note: Optional[str] = None
+
+
+class MemoryFit(_Strict):
+    mem0_bytes: float
+    mem_per_sample_bytes: float
+    mem0_ci: Optional[tuple[float, float]] = None
+    mem_per_sample_ci: Optional[tuple[float, float]] = None
+    device_memory_bytes: Optional[float] = None
+    max_micro_batch: Optional[int] = None  # from the memory line, capped below the smallest OOM
+    smallest_oom_micro_batch: Optional[int] = None
+    largest_ok_micro_batch: Optional[int] = None  # the largest measured micro-batch with status ok
+    note: Optional[str] = None
+
+
+class TrainingFit(_Strict):
+    params: list[ParamEstimate]
+    seq_len: int
+    n_points: int
+    rms_rel_residual: float
+    points: list[PointError]
+    loo_max_abs_error: Optional[float] = None
+    memory: Optional[MemoryFit] = None
+    note: Optional[str] = None
+
+
+class FitResult(_Strict):
+    """What ``throughputlab fit`` stores in ``Profile.fit`` (also the shape of a predicted profile's fit)."""
+
+    schema_version: Literal[1] = FIT_SCHEMA_VERSION
+    method: Literal["fit", "analytic", "calibrated"]
+    created_at: str
+    model: ThroughputModel
+    peaks: Peaks
+    generation: Optional[GenerationFit] = None
+    prefill: Optional[PrefillFit] = None
+    training: Optional[TrainingFit] = None
+    utilisation: list[Utilisation] = []
+    assumptions: list[str] = []  # analytic and calibrated predictions: what was assumed, and from where
+    warnings: list[str] = []
+    bootstrap_samples: int = 0
+
+
+# ---------------------------------------------------------------- reading a profile
+
+
+def costs_of(profile: Profile) -> Costs:
+    return Costs.from_spec(profile.model, profile.bytes_per_param)
+
+
+def probe_costs_of(profile: Profile) -> Optional[Costs]:
+    """W, k, F, a of the overhead probe the profile was measured with, or None."""
+    overrides = profile.engine.overhead_probe if profile.engine else None
+    if not overrides or not profile.model.config:
+        return None
+    try:
+        spec = spec_from_config({**profile.model.config, **overrides}, f"{profile.model.name} (overhead probe)",
+                                profile.model.source)
+    except UserError:
+        return None
+    return Costs.from_spec(spec, profile.bytes_per_param)
+
+
+def peaks_of(profile: Profile) -> Peaks:
+    hw = profile.hardware
+    ds, mb = hw.datasheet, hw.microbench
+    return Peaks(
+        dtype=profile.settings.dtype,
+        datasheet_device=ds.device if ds else None,
+        datasheet_bytes_per_s=ds.memory_bandwidth_bytes_per_s if ds else None,
+        datasheet_flops_per_s=peak_flops(ds, profile.settings.dtype),
+        datasheet_source=ds.source if ds else None,
+        microbench_bytes_per_s=mb.copy_bandwidth_bytes_per_s if mb else None,
+        microbench_flops_per_s=mb.matmul_flops_per_s if mb else None,
+        microbench_dtype=mb.dtype if mb else None,
+        microbench_gemv_bytes_per_s=mb.gemv_bandwidth_bytes_per_s if mb else None,
+    )
+
+
+def load_fit(profile: Profile) -> Optional[FitResult]:
+    """The stored fit of a profile, or None when it has none (or an older, unreadable one).
+
+    The model constants are taken from the profile's own model spec, so a fit stored by an
+    earlier version gets the constants it lacked (the total weight bytes), and the measured OOM
+    cap travels with the memory line."""
+    if not profile.fit:
+        return None
+    try:
+        fit = FitResult.model_validate(profile.fit)
+    except Exception as e:  # a fit written by another version: refit rather than fail
+        log.info("stored fit is unreadable (%s); refitting", e)
+        return None
+    model = fit.model.model_copy(update={"costs": costs_of(profile)})
+    mem = fit.training.memory if fit.training else None
+    if model.train is not None and mem is not None and model.train.smallest_oom_micro_batch is None:
+        model.train = model.train.model_copy(update={"smallest_oom_micro_batch": mem.smallest_oom_micro_batch})
+    return fit.model_copy(update={"model": model})
+
+
+def load_model(profile: Profile) -> ThroughputModel:
+    """The ThroughputModel of a profile: its stored fit (or prediction), else a fit made now."""
+    stored = load_fit(profile)
+    if stored is not None:
+        return stored.model
+    from throughputlab.fit.run import fit_profile
+
+    return fit_profile(profile, bootstrap=0).model
+
+
+def micro_batch_statement(result: FitResult) -> Optional[str]:
+    """The one sentence every command prints about the largest micro-batch: the memory line's
+    answer, and beside it what the sweep observed (largest ok, smallest OOM), each labelled."""
+    m = result.model
+    if m.train is None:
+        return None
+    mem = result.training.memory if result.training else None
+    line = m.max_micro_batch()
+    gib = 2 ** 30
+    if line is not None:
+        t = m.train
+        src = "predicted memory" if result.method != "fit" else "memory line M0 + b*m"
+        text = f"largest micro-batch that fits: {line} ({src} within {t.device_memory_bytes / gib:.3g} GiB"
+        text += f", capped below the OOM at {t.smallest_oom_micro_batch})" if (
+            t.smallest_oom_micro_batch is not None and t.smallest_oom_micro_batch - 1 == line) else ")"
+    else:
+        text = "largest micro-batch that fits: unknown from the memory line"
+        if mem is not None and mem.note:
+            text += f" ({mem.note})"
+    if mem is not None and (mem.largest_ok_micro_batch is not None or mem.smallest_oom_micro_batch is not None):
+        seen = [f"largest ok {mem.largest_ok_micro_batch}" if mem.largest_ok_micro_batch is not None else None,
+                f"smallest OOM {mem.smallest_oom_micro_batch}" if mem.smallest_oom_micro_batch is not None
+                else "no OOM"]
+        text += "; measured: " + ", ".join(x for x in seen if x)
+    return text

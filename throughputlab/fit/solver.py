@@ -1,0 +1,136 @@
+"""The fitting machinery every part shares: bounded least squares in log-parameter space, its
+intervals (Jacobian or bootstrap percentiles), leave-one-out and the bootstrap loop.
+
+Parameters are fitted as logarithms (they stay positive, and a factor-of-ten error weighs the
+same at every scale) to relative (log-ratio) residuals.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence, TypeVar
+
+import numpy as np
+from scipy.optimize import least_squares
+from scipy.stats import t as student_t
+
+from throughputlab.errors import UserError
+from throughputlab.fit.schema import CI_LEVEL, ParamEstimate
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass
+class LSQ:
+    x: np.ndarray  # log parameters
+    cost: float
+    residuals: np.ndarray
+    jac: np.ndarray
+    at_bound: np.ndarray
+
+    def values(self) -> tuple[float, ...]:
+        return tuple(float(v) for v in np.exp(self.x))
+
+
+def solve(resid: Callable[[np.ndarray], np.ndarray], starts: Sequence[np.ndarray], lo: np.ndarray,
+          hi: np.ndarray) -> LSQ:
+    """Best of several least_squares runs (the hard max has a kink where local searches can stall)."""
+    best = None
+    for x0 in starts:
+        x0 = np.clip(np.asarray(x0, float), lo + 1e-9, hi - 1e-9)
+        try:
+            r = least_squares(resid, x0, bounds=(lo, hi), method="trf", x_scale=1.0, diff_step=1e-6,
+                              ftol=1e-12, xtol=1e-12, gtol=1e-12, max_nfev=2000)
+        except (ValueError, FloatingPointError) as e:
+            log.debug("least_squares start %s failed: %s", x0, e)
+            continue
+        if best is None or r.cost < best.cost - 1e-15:
+            best = r
+    if best is None:
+        raise UserError("the fit did not converge from any starting point: check the profile's points "
+                        "(times must be positive and grow with load)")
+    span = hi - lo
+    at_bound = (np.abs(best.x - lo) < 1e-4 * span) | (np.abs(best.x - hi) < 1e-4 * span)
+    return LSQ(best.x, float(best.cost), best.fun, best.jac, at_bound)
+
+
+def rms(sol: LSQ) -> float:
+    return float(math.sqrt(np.mean(sol.residuals ** 2)))
+
+
+def leave_one_out(items: Sequence[T], min_rest: int, refit_predict: Callable[[list[T], T], Optional[float]]
+                  ) -> list[Optional[float]]:
+    """For every item, ``refit_predict(the others, the item)`` (its held-out relative error);
+    all None when fewer than ``min_rest`` items would remain."""
+    if len(items) - 1 < min_rest:
+        return [None] * len(items)
+    items = list(items)
+    return [refit_predict(items[:i] + items[i + 1:], it) for i, it in enumerate(items)]
+
+
+def bootstrap(n: int, draw: Callable[[], T], refit: Callable[[T], R]) -> list[R]:
+    """``n`` refits on resampled data; a resample the fit cannot handle is dropped."""
+    out: list[R] = []
+    for _ in range(n):
+        try:
+            out.append(refit(draw()))
+        except UserError:
+            continue
+    return out
+
+
+def jacobian_ci(sol: LSQ) -> list[tuple[Optional[float], Optional[float], bool]]:
+    """95% intervals of exp(x) from the Jacobian: cov = s^2 (J'J)^-1 in log space, Student t quantile.
+
+    Directions the data do not constrain (near-zero singular values of J) make every parameter
+    that loads on them "not identified", instead of the zero variance a pseudo-inverse would give."""
+    n, k = sol.jac.shape
+    dof = n - k
+    if dof <= 0 or not np.all(np.isfinite(sol.jac)):
+        return [(None, None, False) for _ in range(k)]
+    _, sv, vt = np.linalg.svd(sol.jac, full_matrices=False)
+    keep = sv > 1e-8 * max(sv.max(), 1e-300)
+    loose = np.zeros(k, bool)
+    for j in np.flatnonzero(~keep):
+        loose |= np.abs(vt[j]) > 0.05
+    s2 = float(np.sum(sol.residuals ** 2)) / dof
+    cov = (vt[keep].T / sv[keep] ** 2) @ vt[keep] * s2
+    q = float(student_t.ppf(0.5 + CI_LEVEL / 2, dof))
+    out: list[tuple[Optional[float], Optional[float], bool]] = []
+    for i in range(k):
+        var = cov[i, i]
+        half = q * math.sqrt(var) if var >= 0 else math.inf
+        if loose[i] or sol.at_bound[i] or not math.isfinite(half) or half > 20:  # e^20: not a bound worth printing
+            out.append((None, None, False))
+            continue
+        out.append((math.exp(sol.x[i] - half), math.exp(sol.x[i] + half), True))
+    return out
+
+
+def percentile_ci(draws: np.ndarray) -> list[tuple[float, float]]:
+    lo = np.percentile(draws, 100 * (1 - CI_LEVEL) / 2, axis=0)
+    hi = np.percentile(draws, 100 * (1 + CI_LEVEL) / 2, axis=0)
+    return [(float(a), float(b)) for a, b in zip(lo, hi)]
+
+
+def estimates(names, units, sol: LSQ, boot: Optional[np.ndarray], notes: dict[str, str]) -> list[ParamEstimate]:
+    """The fitted parameters with intervals: bootstrap percentiles when there are enough draws
+    and the Jacobian says the parameter is identified, else the Jacobian's."""
+    ci = jacobian_ci(sol)
+    bci = percentile_ci(boot) if boot is not None and len(boot) >= 10 else None
+    out = []
+    for i, (name, unit) in enumerate(zip(names, units)):
+        lo, hi, ident = ci[i]
+        if bci is not None and ident:
+            lo, hi = bci[i]
+        note = notes.get(name)
+        if sol.at_bound[i]:
+            note = (note + "; " if note else "") + "at the bound of its search range"
+        out.append(ParamEstimate(name=name, value=float(math.exp(sol.x[i])), unit=unit, lo=lo, hi=hi,
+                                 identified=ident, note=note))
+    return out

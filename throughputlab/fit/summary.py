@@ -1,0 +1,85 @@
+"""The text summary of a fit that ``throughputlab fit`` prints. No scipy."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from throughputlab.fit.schema import FitResult, ParamEstimate, micro_batch_statement
+
+
+def _si(v: Optional[float], unit: str) -> str:
+    if v is None:
+        return "n/a"
+    for f, p in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(v) >= f:
+            return f"{v / f:.3g} {p}{unit}"
+    if unit == "s" and abs(v) < 1:
+        return f"{v * 1e3:.3g} ms"
+    return f"{v:.3g} {unit}"
+
+
+def _param_line(e: ParamEstimate) -> str:
+    ci = f" [{_si(e.lo, e.unit)}, {_si(e.hi, e.unit)}]" if e.lo is not None and e.hi is not None else " [not bounded]"
+    return f"  {e.name:<22} {_si(e.value, e.unit):>12}{ci}" + (f"  ({e.note})" if e.note else "")
+
+
+def _ratio(v: Optional[float], ref: Optional[float]) -> str:
+    return f"{v / ref:.2f}x" if v and ref else "n/a"
+
+
+def summary_lines(result: FitResult) -> list[str]:
+    """A short readable summary of a fit: parameters with 95% intervals, knee, limits, errors, peaks."""
+    lines = []
+    pk = result.peaks
+    g = result.generation
+    if g is not None:
+        lines.append(f"decode ({g.form} form, fitted to {g.target}, {g.n_points} points):")
+        lines += [_param_line(e) for e in g.params]
+        bw = next(e.value for e in g.params if e.name == "bw_bytes_per_s")
+        phi = next(e.value for e in g.params if e.name == "phi_flops_per_s")
+        gemv = (f" (matrix-vector {_ratio(bw, pk.microbench_gemv_bytes_per_s)})"
+                if pk.microbench_gemv_bytes_per_s else "")
+        lines.append(f"  BW vs microbench {_ratio(bw, pk.microbench_bytes_per_s)}{gemv}, vs datasheet "
+                     f"{_ratio(bw, pk.datasheet_bytes_per_s)}; PHI vs microbench {_ratio(phi, pk.microbench_flops_per_s)}, "
+                     f"vs datasheet {_ratio(phi, pk.datasheet_flops_per_s)}")
+        lines.append(f"  {g.knee_note}")
+        if g.generation_knee_note:
+            lines.append(f"  {g.generation_knee_note}")
+        if g.loo_max_abs_error is not None:
+            errs = ", ".join(f"{p.x}:{100 * p.loo_rel_error:+.1f}%" for p in g.points if p.loo_rel_error is not None)
+            lines.append(f"  held-out tokens/s error by concurrency: {errs} (max {100 * g.loo_max_abs_error:.1f}%)")
+        if g.probe_points:
+            cells = ", ".join(f"{p.x}:{1e3 * p.measured_s:.3g}/{1e3 * p.fitted_s:.3g}" for p in g.probe_points)
+            lines.append(f"  overhead probe ({_si(g.probe_weight_bytes, 'B')} of weights), step ms measured/fitted "
+                         f"by concurrency: {cells}")
+    if result.prefill is not None:
+        lines.append(f"prefill ({result.prefill.n_points} points, {result.prefill.note}):")
+        lines += [_param_line(e) for e in result.prefill.params]
+    tr = result.training
+    if tr is not None:
+        lines.append(f"training (seq len {tr.seq_len}, {tr.n_points} points):")
+        lines += [_param_line(e) for e in tr.params]
+        phi = next(e.value for e in tr.params if e.name == "phi_train_flops_per_s")
+        lines.append(f"  PHI_train vs microbench {_ratio(phi, pk.microbench_flops_per_s)}, "
+                     f"vs datasheet {_ratio(phi, pk.datasheet_flops_per_s)}")
+        if tr.loo_max_abs_error is not None:
+            errs = ", ".join(f"{p.x}:{100 * p.loo_rel_error:+.1f}%" for p in tr.points if p.loo_rel_error is not None)
+            lines.append(f"  held-out tokens/s error by micro-batch: {errs} (max {100 * tr.loo_max_abs_error:.1f}%)")
+        m = tr.memory
+        if m is not None:
+            lines.append(f"  memory: {_si(m.mem0_bytes, 'B')} + b x {_si(m.mem_per_sample_bytes, 'B')}"
+                         + (f" ({m.note})" if m.note else ""))
+        mb = micro_batch_statement(result)
+        if mb:
+            lines.append(f"  {mb}")
+        if tr.note:
+            lines.append(f"  {tr.note}")
+    util = [u for u in result.utilisation if u.phase == "decode" and u.time_s]
+    if util:
+        ref = "datasheet" if pk.datasheet_bytes_per_s else "microbench"
+        cells = ", ".join(
+            f"{u.x}:{100 * ((u.mbu_datasheet if ref == 'datasheet' else u.mbu_microbench) or 0):.0f}%/"
+            f"{100 * ((u.mfu_datasheet if ref == 'datasheet' else u.mfu_microbench) or 0):.0f}%" for u in util)
+        lines.append(f"decode MBU/MFU vs {ref} by concurrency: {cells}")
+    lines += [f"warning: {w}" for w in result.warnings]
+    return lines

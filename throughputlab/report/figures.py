@@ -1,0 +1,214 @@
+"""The report's figures: tokens/s against concurrency, decode and prefill step times, training
+tokens/s and memory, each with the model's curves (evaluated through the throughput model).
+
+Every string that comes from a profile and goes into a plotly figure is HTML-escaped here
+(plotly renders a subset of HTML in names and titles). No torch.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from throughputlab import roofline as rf
+from throughputlab.fit.schema import FitResult
+from throughputlab.profile import Profile
+from throughputlab.report.page import esc
+
+COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
+GiB = 2**30
+
+
+def _t(text: str) -> str:
+    """Text for a plotly figure: escaped, so a name holding markup is shown, never interpreted.
+
+    Only &, < and > are replaced: plotly parses tags only after '<', and shows &quot; literally."""
+    return esc(str(text), quote=False)
+
+
+def profile_label(p: Profile) -> str:
+    if p.kind == "predicted":
+        return f"{p.model.name} on {p.hardware.device_name} (predicted)"
+    backend = p.settings.gen_backend or p.settings.train_backend or ""
+    return f"{p.model.name} on {p.hardware.device_name}" + (f", {backend}" if backend else "")
+
+
+
+
+def _layout(fig, title: str, xtitle: str, ytitle: str, logx=True, logy=True):
+    fig.update_layout(title=_t(title), template="plotly_white", height=480, margin=dict(l=60, r=20, t=60, b=50),
+                      legend=dict(orientation="h", yanchor="top", y=-0.15, font=dict(size=11)))
+    fig.update_xaxes(title_text=_t(xtitle), type="log" if logx else "linear")
+    fig.update_yaxes(title_text=_t(ytitle), type="log" if logy else "linear")
+    return fig
+
+
+def _spread(samples: list[float], med: float) -> tuple[float, float]:
+    return (max(samples) - med, med - min(samples)) if samples else (0.0, 0.0)
+
+
+def _grid(lo: float, hi: float, n: int = 80) -> np.ndarray:
+    return np.unique(np.round(np.geomspace(max(lo, 1), max(hi, lo + 1), n), 3))
+
+
+def _vline(fig, x: float, y0: float, y1: float, name: str, color: str, dash="dot", **kw):
+    import plotly.graph_objects as go
+
+    fig.add_trace(go.Scatter(x=[x, x], y=[y0, y1], mode="lines", name=_t(name), line=dict(color=color, dash=dash, width=1.5),
+                             hovertemplate=f"{_t(name)}: %{{x:.3g}}<extra></extra>"), **kw)
+
+
+def _hline(fig, y: float, x0: float, x1: float, name: str, color: str, dash="dot", **kw):
+    import plotly.graph_objects as go
+
+    fig.add_trace(go.Scatter(x=[x0, x1], y=[y, y], mode="lines", name=_t(name), line=dict(color=color, dash=dash, width=1.5),
+                             hovertemplate=f"{_t(name)}: %{{y:.4g}}<extra></extra>"), **kw)
+
+
+def generation_figure(items: list[tuple[Profile, Optional[FitResult], str]]):
+    """Tokens/s against concurrency: medians with spread, fitted curve, knee, the two asymptotes."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for p, fit, color in items:
+        label = profile_label(p)
+        ok = sorted((g for g in p.generation if g.status == "ok" and g.tokens_per_s), key=lambda g: g.concurrency)
+        if not ok:
+            continue
+        meds = [g.tokens_per_s for g in ok]
+        up, down = zip(*(_spread(g.tokens_per_s_samples, g.tokens_per_s) for g in ok))
+        predicted = p.kind == "predicted"
+        fig.add_trace(go.Scatter(
+            x=[g.concurrency for g in ok], y=meds, mode="markers", name=_t(f"{label}: {'predicted' if predicted else 'measured median'}"),
+            marker=dict(color=color, size=9, symbol="circle-open" if predicted else "circle"),
+            error_y=dict(type="data", symmetric=False, array=list(up), arrayminus=list(down), visible=not predicted),
+            hovertemplate="concurrency %{x}<br>%{y:.4g} tokens/s<extra></extra>"))
+        if fit is None or fit.model.decode is None:
+            continue
+        m = fit.model
+        prompt_len, output_len = ok[0].prompt_len, ok[0].output_len
+        s = rf.mean_context(prompt_len, output_len)
+        c_max = max(g.concurrency for g in ok)
+        knee = m.knee(s)
+        hi = max(c_max * 2, (knee or 0) * 2)
+        cs = _grid(1, hi)
+        fig.add_trace(go.Scatter(x=cs, y=m.generation_tokens_per_s(cs, prompt_len, output_len), mode="lines",
+                                 name=_t(f"{label}: {fit.method} model"), line=dict(color=color, width=2),
+                                 hovertemplate="concurrency %{x:.3g}<br>%{y:.4g} tokens/s<extra></extra>"))
+        d = m.decode
+        mem = cs / m.decode_terms_s(cs, s)[0]
+        ceiling = m.decode_ceiling_tokens_per_s(s)
+        fig.add_trace(go.Scatter(x=cs, y=mem, mode="lines", name=_t(f"{label}: memory roofline c*BW/(W+c*s*k)"),
+                                 line=dict(color=color, dash="dot", width=1)))
+        _hline(fig, ceiling, cs[0], cs[-1], f"{label}: compute ceiling " + ("1/((F+s*a)/PHI + t_seq)" if d.t_seq_s else "PHI/(F+s*a)"), color, dash="dash")
+        if knee is not None:
+            _vline(fig, knee, min(meds) / 2, ceiling * 1.2, f"{label}: decode knee c*={knee:.3g}", color, dash="dashdot")
+        e2e = m.generation_knee(prompt_len, output_len)
+        if e2e is not None and e2e < hi:
+            _vline(fig, e2e, min(meds) / 2, ceiling * 1.2, f"{label}: end-to-end knee (prefill included) {e2e:.3g}",
+                   color, dash="longdashdot")
+    return _layout(fig, "Generation tokens/s against concurrency", "concurrency (sequences)", "output tokens/s")
+
+
+def step_figure(items: list[tuple[Profile, Optional[FitResult], str]]):
+    """Decode step and prefill time against concurrency, with the KV-cache capacity limit."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for p, fit, color in items:
+        label = profile_label(p)
+        ok = sorted((g for g in p.generation if g.status == "ok"), key=lambda g: g.concurrency)
+        if not ok:
+            continue
+        dec = [(g.concurrency, g.decode_step_s) for g in ok if g.decode_step_s]
+        pre = [(g.concurrency, g.prefill_s) for g in ok if g.prefill_s]
+        if dec:
+            fig.add_trace(go.Scatter(x=[c for c, _ in dec], y=[t * 1e3 for _, t in dec], mode="markers",
+                                     name=_t(f"{label}: decode step"), marker=dict(color=color, size=9)))
+        if pre:
+            fig.add_trace(go.Scatter(x=[c for c, _ in pre], y=[t * 1e3 for _, t in pre], mode="markers",
+                                     name=_t(f"{label}: prefill"), marker=dict(color=color, size=9, symbol="diamond-open")))
+        ys = [t * 1e3 for _, t in dec + pre] or [1.0]
+        prompt_len, output_len = ok[0].prompt_len, ok[0].output_len
+        c_hi = max(g.concurrency for g in ok) * 2
+        m = fit.model if fit else None
+        if m is not None and m.decode is not None:
+            cs = _grid(1, c_hi)
+            s = rf.mean_context(prompt_len, output_len)
+            fig.add_trace(go.Scatter(x=cs, y=m.decode_step_s(cs, s) * 1e3, mode="lines",
+                                     name=_t(f"{label}: decode step ({fit.method})"), line=dict(color=color, width=2)))
+            fig.add_trace(go.Scatter(x=cs, y=m.prefill_s(cs, prompt_len) * 1e3, mode="lines",
+                                     name=_t(f"{label}: prefill ({fit.method})"), line=dict(color=color, width=1.5, dash="dash")))
+        probe = fit.generation.probe_points if fit is not None and fit.generation is not None else []
+        if probe:  # the overhead probe: what a step costs apart from the weights and the matmuls
+            fig.add_trace(go.Scatter(x=[q.x for q in probe], y=[q.measured_s * 1e3 for q in probe], mode="markers",
+                                     name=_t(f"{label}: overhead probe step"), marker=dict(color=color, size=7, symbol="x")))
+            fig.add_trace(go.Scatter(x=[q.x for q in probe], y=[q.fitted_s * 1e3 for q in probe], mode="lines",
+                                     name=_t(f"{label}: overhead probe step (fit)"), line=dict(color=color, width=1, dash="dot")))
+        kv_c = _kv_concurrency(p, m, prompt_len + output_len)
+        if kv_c is not None and kv_c <= 8 * c_hi:  # further out it only squashes the plot; the table states it
+            _vline(fig, kv_c, min(ys) / 2, max(ys) * 2, f"{label}: KV-cache capacity ({kv_c:.4g} sequences)", color,
+                   dash="longdash")
+    return _layout(fig, "Decode step and prefill time", "concurrency (sequences)", "time (ms)")
+
+
+def _kv_concurrency(p: Profile, m, seq_tokens: int) -> Optional[float]:
+    e = p.engine
+    if e is not None and e.max_concurrency:
+        return float(e.max_concurrency)
+    tokens = (e.kv_cache_tokens if e is not None else None) or (m.kv_cache_tokens if m is not None else None)
+    return tokens / seq_tokens if tokens else None
+
+
+def training_figure(items: list[tuple[Profile, Optional[FitResult], str]]):
+    """Training tokens/s and peak memory against micro-batch, memory limit and largest micro-batch."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    for p, fit, color in items:
+        label = profile_label(p)
+        ok = sorted((t for t in p.training if t.status == "ok" and t.tokens_per_s), key=lambda t: t.micro_batch)
+        if not ok:
+            continue
+        meds = [t.tokens_per_s for t in ok]
+        up, down = zip(*(_spread(t.tokens_per_s_samples, t.tokens_per_s) for t in ok))
+        fig.add_trace(go.Scatter(x=[t.micro_batch for t in ok], y=meds, mode="markers",
+                                 name=_t(f"{label}: tokens/s"), marker=dict(color=color, size=9),
+                                 error_y=dict(type="data", symmetric=False, array=list(up), arrayminus=list(down))),
+                      secondary_y=False)
+        mem_pts = [(t.micro_batch, t.peak_mem_bytes / GiB) for t in ok if t.peak_mem_bytes]
+        if mem_pts:
+            fig.add_trace(go.Scatter(x=[b for b, _ in mem_pts], y=[g for _, g in mem_pts], mode="markers",
+                                     name=_t(f"{label}: peak memory"), marker=dict(color=color, size=8, symbol="square-open")),
+                          secondary_y=True)
+        m = fit.model if fit else None
+        if m is None or m.train is None:
+            continue
+        seq = ok[0].seq_len
+        max_b = m.max_micro_batch()
+        b_hi = max(max(t.micro_batch for t in ok) * 2, min(max_b or 0, 4096))
+        bs = _grid(1, b_hi)
+        fig.add_trace(go.Scatter(x=bs, y=m.train_tokens_per_s(bs, seq), mode="lines",
+                                 name=_t(f"{label}: tokens/s ({fit.method})"), line=dict(color=color, width=2)),
+                      secondary_y=False)
+        t = m.train
+        mem_line = m.memory_bytes(bs)
+        if mem_line is not None:
+            fig.add_trace(go.Scatter(x=bs, y=mem_line / GiB, mode="lines",
+                                     name=_t(f"{label}: memory line M0+b*m"), line=dict(color=color, width=1.5, dash="dash")),
+                          secondary_y=True)
+        if t.device_memory_bytes:
+            _hline(fig, t.device_memory_bytes / GiB, bs[0], bs[-1], f"{label}: device memory", color, dash="dot",
+                   secondary_y=True)
+        if max_b:
+            _vline(fig, max_b, min(meds) / 2, max(meds) * 1.5, f"{label}: largest micro-batch that fits ({max_b})", color,
+                   dash="dashdot", secondary_y=False)
+    fig.update_yaxes(title_text="training tokens/s", type="log", secondary_y=False)
+    fig.update_yaxes(title_text="peak memory (GiB)", type="linear", secondary_y=True, rangemode="tozero")
+    fig.update_layout(title=_t("Training tokens/s and peak memory against micro-batch"), template="plotly_white",
+                      height=480, margin=dict(l=60, r=60, t=60, b=50),
+                      legend=dict(orientation="h", yanchor="top", y=-0.15, font=dict(size=11)))
+    fig.update_xaxes(title_text="micro-batch (sequences)", type="log")
+    return fig

@@ -1,0 +1,161 @@
+"""The throughput model of one model on one device: the rates (fitted, predicted or calibrated)
+and their evaluation through the roofline module.
+
+``fit`` estimates the parameters, ``predict`` fills them from a datasheet, ``decide`` and
+``report`` evaluate them; every cost comes from :mod:`throughputlab.roofline`. Methods take
+floats or numpy arrays. No torch, no scipy.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict
+
+from throughputlab import roofline as rf
+from throughputlab.errors import UserError
+from throughputlab.roofline import Costs
+
+
+class DecodeParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    t0_s: float
+    bw_bytes_per_s: float
+    phi_flops_per_s: float
+    smooth_p: Optional[float] = None  # None: the hard max form
+    t_seq_s: float = 0.0  # per-sequence cost per step, fitted only with an overhead probe
+
+
+class PrefillParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    t0_s: float
+    bw_bytes_per_s: float
+    phi_flops_per_s: float
+    smooth_p: Optional[float] = None  # only when the decode's parameters stand in (fitted end to end)
+
+
+class TrainParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    t0_s: float
+    phi_flops_per_s: float
+    optimizer_step_s: float = 0.0  # per mini-batch (AdamW update)
+    mem0_bytes: Optional[float] = None  # M(b) = M0 + b*m
+    mem_per_sample_bytes: Optional[float] = None
+    device_memory_bytes: Optional[float] = None
+    smallest_oom_micro_batch: Optional[int] = None  # measured: the memory line is capped below it
+
+
+Part = Literal["decode", "prefill", "train"]
+_PART_NAMES = {"decode": "decode", "prefill": "prefill", "train": "training"}
+
+
+class ThroughputModel(BaseModel):
+    """Everything needed to evaluate step times for one model on one device."""
+
+    model_config = ConfigDict(extra="forbid")
+    source: Literal["fit", "analytic", "calibrated"]
+    costs: Costs
+    decode: Optional[DecodeParams] = None
+    prefill: Optional[PrefillParams] = None
+    train: Optional[TrainParams] = None
+    kv_cache_tokens: Optional[int] = None  # engine KV capacity, when known
+    max_num_seqs: Optional[int] = None
+    gen_overhead_s: float = 0.0  # per generate call, outside prefill and decode steps (setup, sampling glue)
+
+    def require(self, part: Part):
+        """The parameters of ``part``, or a UserError saying the model lacks it."""
+        x = getattr(self, part)
+        if x is None:
+            what = _PART_NAMES[part]
+            raise UserError(f"the throughput model has no {what} part: measure or predict {what} first")
+        return x
+
+    def prefill_rates(self) -> PrefillParams:
+        """The prefill's parameters; without a prefill fit, the decode's (same physics and form: an
+        end-to-end fit evaluates its prefill so)."""
+        if self.prefill is not None:
+            return self.prefill
+        d = self.require("decode")
+        return PrefillParams(t0_s=d.t0_s, bw_bytes_per_s=d.bw_bytes_per_s, phi_flops_per_s=d.phi_flops_per_s,
+                             smooth_p=d.smooth_p)
+
+    # ---- generation
+    def decode_step_s(self, c, s):
+        d = self.require("decode")
+        return rf.decode_step_s(c, s, self.costs, d.t0_s, d.bw_bytes_per_s, d.phi_flops_per_s, d.smooth_p, d.t_seq_s)
+
+    def decode_tokens_per_s(self, c, s):
+        return c / self.decode_step_s(c, s)
+
+    def decode_terms_s(self, c, s) -> tuple:
+        """The memory and compute times of a decode step, before they are combined."""
+        d = self.require("decode")
+        return (rf.decode_bytes(self.costs, c, s) / d.bw_bytes_per_s,
+                rf.decode_flops(self.costs, c, s) / d.phi_flops_per_s)
+
+    def decode_ceiling_tokens_per_s(self, s):
+        d = self.require("decode")
+        return rf.decode_ceiling_tokens_per_s(self.costs, s, d.phi_flops_per_s, d.t_seq_s)
+
+    def prefill_s(self, c, prompt_len):
+        pp = self.prefill_rates()
+        return rf.prefill_s(c, prompt_len, self.costs, pp.t0_s, pp.bw_bytes_per_s, pp.phi_flops_per_s, pp.smooth_p)
+
+    def prefill_tokens_s(self, q1, q2):
+        pp = self.prefill_rates()
+        return rf.prefill_tokens_s(q1, q2, self.costs, pp.t0_s, pp.bw_bytes_per_s, pp.phi_flops_per_s, pp.smooth_p)
+
+    def mixed_step_s(self, dec, ctx, q1, q2):
+        """A continuous-batching step with decodes and prefill tokens (see roofline.mixed_step_s)."""
+        d = self.require("decode")
+        return rf.mixed_step_s(self.costs, dec, ctx, q1, q2, d.t0_s, d.bw_bytes_per_s, d.phi_flops_per_s,
+                               self.prefill_rates().phi_flops_per_s, d.smooth_p, d.t_seq_s)
+
+    def generation_tokens_per_s(self, c, prompt_len, output_len):
+        """Static batch: prefill, then output_len - 1 decode steps at mean context (as the hf backend measures)."""
+        total = rf.static_batch_s(self.prefill_s(c, prompt_len),
+                                  self.decode_step_s(c, rf.mean_context(prompt_len, output_len)), output_len,
+                                  self.gen_overhead_s)
+        return c * output_len / total
+
+    def knee(self, s: float) -> Optional[float]:
+        d = self.require("decode")
+        return rf.knee(self.costs, s, d.bw_bytes_per_s, d.phi_flops_per_s)
+
+    def short_context_knee(self) -> Optional[float]:
+        d = self.require("decode")
+        return rf.short_context_knee(self.costs, d.bw_bytes_per_s, d.phi_flops_per_s)
+
+    def generation_knee(self, prompt_len: float, output_len: int) -> Optional[float]:
+        d = self.require("decode")
+        return rf.generation_knee(self.costs, prompt_len, output_len, d.bw_bytes_per_s, d.phi_flops_per_s,
+                                  self.prefill_rates().phi_flops_per_s)
+
+    # ---- training
+    def train_step_s(self, b, seq_len):
+        t = self.require("train")
+        return rf.train_step_s(b, seq_len, self.costs, t.t0_s, t.phi_flops_per_s)
+
+    def forward_s(self, b, seq_len):
+        t = self.require("train")
+        return rf.forward_pass_s(b, seq_len, self.costs, t.t0_s, t.phi_flops_per_s)
+
+    def train_tokens_per_s(self, b, seq_len):
+        """Tokens/s of one micro-step followed by its optimizer step (what a training point measures)."""
+        t = self.require("train")
+        return b * seq_len / (self.train_step_s(b, seq_len) + t.optimizer_step_s)
+
+    def memory_bytes(self, b) -> Optional[float]:
+        """Peak training memory at micro-batch b from the memory line; None without one."""
+        t = self.train
+        if t is None or t.mem0_bytes is None or not t.mem_per_sample_bytes:
+            return None
+        return rf.memory_line(b, t.mem0_bytes, t.mem_per_sample_bytes)
+
+    def max_micro_batch(self) -> Optional[int]:
+        """Largest micro-batch whose memory line fits the device (capped below a measured OOM)."""
+        t = self.train
+        if t is None:
+            return None
+        return rf.max_micro_batch(t.mem0_bytes, t.mem_per_sample_bytes, t.device_memory_bytes,
+                                  t.smallest_oom_micro_batch)
