@@ -1,4 +1,4 @@
-"""Model specs: parameter counts against the published sizes, DESIGN.md quantities by hand, resolution errors."""
+"""Model specs: parameter counts against the published sizes, docs/model.md quantities by hand, resolution errors."""
 
 import json
 

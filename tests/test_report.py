@@ -107,3 +107,46 @@ def test_overhead_probe_is_drawn_and_lowers_the_compute_ceiling():
     assert "t_seq" in ceiling.name
     # the measured tokens/s stay below the ceiling that includes the per-sequence cost
     assert max(g.tokens_per_s for g in p.generation) < ceiling.y[0]
+
+
+def test_points_table_shows_a_few_telemetry_figures_not_the_raw_dump():
+    from throughputlab.profile import TelemetrySummary
+    from throughputlab.report.tables import points_tables
+
+    p = make_profile(concurrencies=(1, 2, 4, 8), micro_batches=(1, 2, 4))
+    p.generation[0].telemetry = TelemetrySummary(
+        source="host", hz=20, n_samples=40,
+        mean={"proc_cpu_pct": 187.4, "proc_rss_gib": 1.2, "proc_count": 3.0, "host_cpu_pct": 95.0,
+              "proc_minor_faults_per_s": 51234.0},
+        max={"proc_cpu_pct": 199.0, "proc_rss_gib": 1.31, "proc_count": 3.0, "host_cpu_pct": 99.0,
+             "proc_minor_faults_per_s": 90000.0})
+    cell = points_tables(p, None)[0][1]["telemetry"].iloc[0]
+    assert cell == "CPU 187%; RSS 1.31 GiB; page faults 51,234/s"
+    p.generation[0].telemetry.throttled, p.generation[0].telemetry.throttle_reasons = True, ["sw_thermal_slowdown"]
+    assert points_tables(p, None)[0][1]["telemetry"].iloc[0].endswith("throttled: sw_thermal_slowdown")
+
+
+def test_report_without_a_stored_fit_fits_with_the_fit_commands_defaults_and_says_so(monkeypatch):
+    import throughputlab.fit.run as run
+    from throughputlab.fit.schema import DEFAULT_BOOTSTRAP
+
+    calls = []
+    real = run.fit_profile
+    monkeypatch.setattr(run, "fit_profile", lambda p, **kw: calls.append(kw) or real(p, **{**kw, "bootstrap": 0}))
+    p = make_profile(concurrencies=(1, 2, 4, 8), micro_batches=(1, 2, 4))
+    html = render_report([p])
+    assert calls == [{"bootstrap": DEFAULT_BOOTSTRAP, "seed": 0}]
+    assert "no stored fit; fitted now with `throughputlab fit`&#x27;s defaults" in html
+
+
+def test_summary_fit_and_report_state_one_largest_micro_batch(measured):
+    from throughputlab.fit import load_fit, summary_lines
+    from throughputlab.fit.schema import micro_batch_statement
+
+    p = make_profile(concurrencies=(1, 2, 4, 8), micro_batches=(1, 2, 4, 8), oom_at=16)
+    p.fit = fit_profile(p).model_dump(mode="json")
+    statement = micro_batch_statement(load_fit(p))
+    assert statement.startswith("largest micro-batch that fits: 15 (memory line") and "smallest OOM 16" in statement
+    assert f"  {statement}" in summary_lines(load_fit(p))
+    html = render_report([p])
+    assert html.count(statement.replace("'", "&#x27;")) >= 2  # summary and fit sections

@@ -1,6 +1,6 @@
 """Predictions as profiles: from a fitted profile, or from the model config and a datasheet alone.
 
-The analytic predictor (DESIGN.md, "the analytic predictor") evaluates the same formulas as
+The analytic predictor (docs/model.md, "Analytic prediction") evaluates the same formulas as
 the fit with ``BW = efficiency x datasheet bandwidth`` and ``PHI = efficiency x datasheet
 FLOP/s``. The efficiencies are stated defaults, or measured on another device (``calibrate``:
 fitted BW and PHI over that device's peaks), so a CPU or A100 profile can predict an H200.

@@ -1,7 +1,7 @@
 """The decision: per batch size, step time, samples/s, samples-to-target, time-to-target, the
 ratio test against the baseline, the learning rate, and the recommendation with its margin.
 
-DESIGN.md, "Decision calculator": ``T(B) = N*(B) / q(B)``; a larger batch beats the baseline
+docs/model.md, "Decision": ``T(B) = N*(B) / q(B)``; a larger batch beats the baseline
 only when its throughput gain ``q(B)/q(B0)`` exceeds its samples penalty ``N*(B)/N*(B0)``.
 :func:`rank` is the pure core (given samples/s and N*); :func:`decide` builds the rows from
 a throughput model, an RL shape and a samples-to-target source.

@@ -1,7 +1,7 @@
 """Rollout drain simulation: the wall time of one synchronous rollout under continuous batching.
 
 A batch of ``B`` requests starts at concurrency ``min(B, cap)``, drains as responses finish
-and refills from the queue (DESIGN.md, "Rollout drain model"). The engine works in steps:
+and refills from the queue (docs/model.md, "Rollout"). The engine works in steps:
 every active request emits one token per step; a newly admitted request spends its first
 step in prefill (which emits its first token), mixed into the same forward pass as the
 decodes, as vLLM's scheduler does. The cap is in sequences (``max_num_seqs``) and in

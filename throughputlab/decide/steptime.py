@@ -1,4 +1,4 @@
-"""One RL step: ``t_step = t_gen + t_logprob + t_train + t_sync`` (DESIGN.md, "Rollout drain model").
+"""One RL step: ``t_step = t_gen + t_logprob + t_train + t_sync`` (docs/model.md, "Rollout").
 
 ``t_gen`` comes from the rollout simulation; the log-prob forward passes (old policy,
 reference), the policy update (epochs x mini-batches x micro-batches with gradient

@@ -1,7 +1,7 @@
 """ModelSpec: the model quantities the throughput model needs, computed from a config.
 
 Pure Python (no torch, no transformers): a profile measured on a GPU box is analysed on a
-laptop from the spec stored in it. Notation follows DESIGN.md:
+laptop from the spec stored in it. Notation follows docs/model.md:
 
 - ``W``  bytes of weights read per decode step (active parameters x bytes/param),
 - ``k``  KV-cache bytes per context token, ``2 * layers * kv_heads * head_dim * bytes``,
@@ -62,7 +62,7 @@ class ModelSpec(BaseModel):
     params_lm_head: int  # the output projection's matrix (the embedding itself when tied)
     config: dict[str, Any] = {}
 
-    # ---- derived quantities (DESIGN.md notation), in parameters / FLOPs ----
+    # ---- derived quantities (docs/model.md notation), in parameters / FLOPs ----
     @property
     def params_active_non_embedding(self) -> int:
         return self.params_active - self.params_embedding - (0 if self.tie_word_embeddings else self.params_lm_head)
