@@ -16,6 +16,9 @@ from throughputlab.models.spec import experts_touched
     ("qwen3-8b", 8.19, 8.19),         # 8.2B
     ("llama3.1-8b", 8.03, 8.03),      # 8.03B
     ("qwen3-30b-a3b", 30.5, 3.3),     # 30.5B total, 3.3B activated
+    ("qwen2.5-32b", 32.5, 32.5),      # 32.5B
+    ("qwen2.5-72b", 72.7, 72.7),      # 72.7B
+    ("llama3.1-70b", 70.6, 70.6),     # 70.6B
 ])
 def test_parameter_counts_match_published_sizes(name, total_b, active_b):
     s = resolve_model(name).spec

@@ -23,13 +23,13 @@ from throughputlab import roofline as rf
 from throughputlab.fit.knees import generation_knee_statement, knee_statement
 from throughputlab.fit.mbu import utilisation
 from throughputlab.fit.schema import FitResult, GenerationFit, ParamEstimate, Peaks, load_fit
-from throughputlab.hardware.peaks import device_names, lookup, peak_flops
+from throughputlab.hardware.peaks import INTER_NODE_BYTES_PER_S, device_names, link_bandwidth, lookup, peak_flops
 from throughputlab.models.spec import ModelSpec, dtype_bytes
 from throughputlab.profile import (
     Environment, GenPoint, GenSample, Hardware, Profile, SweepSettings, TrainPoint, TrainSample, now_iso,
 )
 from throughputlab.roofline import ADAM_BYTES_PER_PARAM, VLLM_GPU_MEMORY_UTILIZATION, Costs
-from throughputlab.throughput import DecodeParams, PrefillParams, ThroughputModel, TrainParams
+from throughputlab.throughput import CommParams, DecodeParams, PrefillParams, ThroughputModel, TrainParams
 
 
 class Efficiencies(BaseModel):
@@ -51,6 +51,12 @@ class Efficiencies(BaseModel):
     decode_t_seq_s: float = 0.0  # per sequence per decode step (measured only by an overhead probe)
     prefill_t0_s: float = 1.0e-3
     train_t0_s: float = 10e-3
+    # collectives: the share of the link's bandwidth nccl-tests' bus bandwidth reaches, the latency
+    # of a small collective, and the share of FSDP's collectives hidden under compute by prefetching
+    comm_bw: float = 0.80
+    tp_alpha_s: float = 10e-6
+    fsdp_alpha_s: float = 20e-6
+    fsdp_hidden: float = 0.5
     source: str = "stated defaults (no measurement)"
     intervals: dict[str, tuple[Optional[float], Optional[float]]] = {}  # 95% ranges when calibrated
 
@@ -62,6 +68,9 @@ class Efficiencies(BaseModel):
                  f"training micro-step {self.train_t0_s * 1e3:.3g} ms"]
         if self.decode_t_seq_s:
             lines.append(f"per-sequence cost of a decode step: {self.decode_t_seq_s * 1e3:.3g} ms")
+        lines.append(f"collectives: {self.comm_bw:.0%} of the link bandwidth, latency {self.tp_alpha_s * 1e6:.3g} us "
+                     f"(tensor parallel) and {self.fsdp_alpha_s * 1e6:.3g} us (FSDP), "
+                     f"{self.fsdp_hidden:.0%} of FSDP's traffic hidden under compute")
         for k, (lo, hi) in self.intervals.items():
             if lo is not None and hi is not None:
                 lines.append(f"{k}: 95% range {lo:.3g} to {hi:.3g}")
@@ -129,9 +138,52 @@ def calibration_from(profile: Profile) -> Efficiencies:
 # ---------------------------------------------------------------- analytic model
 
 
-def analytic_model(spec: ModelSpec, gpu: str, dtype: str = "bfloat16",
-                   eff: Efficiencies = DEFAULT_EFFICIENCIES) -> tuple[ThroughputModel, Hardware, Peaks]:
-    """ThroughputModel from the config and the datasheet row of ``gpu`` scaled by ``eff``."""
+class Layout(BaseModel):
+    """Devices of a prediction: ``gpus`` over ``nodes``, generation engines of ``tp`` devices
+    (``gpus / tp`` of them), training with FSDP over every device."""
+
+    model_config = ConfigDict(extra="forbid")
+    gpus: int = 1
+    tp: int = 1
+    nodes: int = 1
+    activation_checkpointing: bool = False
+
+    def check(self) -> "Layout":
+        for name, v in (("--gpus", self.gpus), ("--tp", self.tp), ("--nodes", self.nodes)):
+            if v < 1:
+                raise UserError(f"{name} must be a positive integer, got {v}")
+        if self.gpus % self.nodes:
+            raise UserError(f"--nodes {self.nodes} does not divide --gpus {self.gpus}: give the same number of "
+                            "GPUs on every node")
+        per_node = self.gpus // self.nodes
+        if self.tp > per_node:
+            raise UserError(f"--tp {self.tp} is larger than the {per_node} GPU(s) of a node: tensor parallelism "
+                            "stays within a node")
+        if per_node % self.tp:
+            raise UserError(f"--tp {self.tp} does not divide the {per_node} GPU(s) of a node")
+        return self
+
+    @property
+    def engines(self) -> int:
+        return self.gpus // self.tp
+
+
+def _comm(ds_key: str, layout: Layout, eff: Efficiencies) -> tuple[CommParams, str]:
+    link, source = link_bandwidth(ds_key)
+    fsdp_bw = link if layout.nodes == 1 else min(link, INTER_NODE_BYTES_PER_S)  # a ring crosses the slowest link
+    if layout.nodes > 1:
+        source += f"; across nodes {INTER_NODE_BYTES_PER_S / 1e9:.0f} GB/s per GPU (one 400 Gb/s NIC per GPU)"
+    return CommParams(tp_busbw_bytes_per_s=eff.comm_bw * link, tp_alpha_s=eff.tp_alpha_s,
+                      fsdp_busbw_bytes_per_s=eff.comm_bw * fsdp_bw, fsdp_alpha_s=eff.fsdp_alpha_s,
+                      fsdp_hidden_share=eff.fsdp_hidden, source=source), source
+
+
+def analytic_model(spec: ModelSpec, gpu: str, dtype: str = "bfloat16", eff: Efficiencies = DEFAULT_EFFICIENCIES,
+                   layout: Layout = Layout()) -> tuple[ThroughputModel, Hardware, Peaks]:
+    """ThroughputModel from the config and the datasheet row of ``gpu`` scaled by ``eff``, for
+    ``layout``: per-device rates, weights and KV sharded over an engine's ``tp`` devices, training
+    state sharded over every device."""
+    layout = layout.check()
     ds = lookup(gpu)
     if ds is None:
         raise UserError(f"--gpu {gpu}: no datasheet row for it; known devices are {', '.join(device_names())}")
@@ -143,7 +195,8 @@ def analytic_model(spec: ModelSpec, gpu: str, dtype: str = "bfloat16",
     costs = Costs.from_spec(spec, bpp)
     bw = eff.decode_bw * ds.memory_bandwidth_bytes_per_s
     mem = float(ds.memory_bytes) if ds.memory_bytes else None
-    kv_tokens = rf.kv_cache_tokens(costs, mem) if mem else None
+    kv_tokens = rf.kv_cache_tokens(rf.tp_shard(costs, layout.tp), mem) if mem else None  # per engine
+    comm, _ = _comm(ds.device, layout, eff)
     model = ThroughputModel(
         source="analytic" if eff.source == DEFAULT_EFFICIENCIES.source else "calibrated",
         costs=costs,
@@ -151,9 +204,10 @@ def analytic_model(spec: ModelSpec, gpu: str, dtype: str = "bfloat16",
                             t_seq_s=eff.decode_t_seq_s),
         prefill=PrefillParams(t0_s=eff.prefill_t0_s, bw_bytes_per_s=bw, phi_flops_per_s=eff.prefill_phi * phi_peak),
         train=TrainParams(t0_s=eff.train_t0_s, phi_flops_per_s=eff.train_phi * phi_peak,
-                          mem0_bytes=rf.training_state_bytes(costs),
+                          mem0_bytes=rf.fsdp_memory_per_rank_bytes(costs, layout.gpus, 0, 0.0),
                           mem_per_sample_bytes=None, device_memory_bytes=mem),
-        kv_cache_tokens=kv_tokens,
+        kv_cache_tokens=kv_tokens, tp=layout.tp, train_devices=layout.gpus, nodes=layout.nodes,
+        activation_checkpointing=layout.activation_checkpointing, comm=comm,
     )
     hw = Hardware(device_type="cuda", device_name=ds.device, memory_total_bytes=ds.memory_bytes, datasheet=ds)
     peaks = Peaks(dtype=dtype, datasheet_device=ds.device, datasheet_bytes_per_s=ds.memory_bandwidth_bytes_per_s,
@@ -237,18 +291,29 @@ def predict_from_profile(profile: Profile, *, concurrency: Sequence[int] = (), p
 def predict_analytic(spec: ModelSpec, gpu: str, *, dtype: str = "bfloat16", calibrate: Optional[Profile] = None,
                      concurrency: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
                      prompt_len: int = 512, output_len: int = 512, micro_batches: Sequence[int] = (1, 2, 4, 8, 16),
-                     seq_len: int = 2048) -> Profile:
-    """A predicted profile of ``spec`` on ``gpu`` from the datasheet, with default or calibrated efficiencies."""
+                     seq_len: int = 2048, layout: Layout = Layout()) -> Profile:
+    """A predicted profile of ``spec`` on ``gpu`` from the datasheet, with default or calibrated efficiencies.
+
+    With a layout of several devices the generation points are one engine's (``layout.tp``
+    devices) and the training points one device's micro-batch under FSDP over ``layout.gpus``."""
     _check_lists(concurrency, micro_batches, prompt_len, output_len, seq_len)
     eff = calibration_from(calibrate) if calibrate is not None else DEFAULT_EFFICIENCIES
-    model, hw, peaks = analytic_model(spec, gpu, dtype, eff)
+    model, hw, peaks = analytic_model(spec, gpu, dtype, eff, layout)
     bpp = dtype_bytes(dtype)
-    model.train.mem_per_sample_bytes = rf.activation_bytes_per_sequence(spec, seq_len, bpp)
+    model.train.mem_per_sample_bytes = rf.activation_bytes_per_sequence(spec, seq_len, bpp,
+                                                                        layout.activation_checkpointing)
+    act = ("each block's input plus one block's activations per sequence (checkpointing)"
+           if layout.activation_checkpointing else "34*S*h bytes per layer and sequence (Korthikanti et al. 2022, "
+           "flash attention)")
     assumptions = eff.describe() + [
         f"KV cache: {VLLM_GPU_MEMORY_UTILIZATION:.0%} of device memory minus the weights (vLLM's default)",
-        f"training memory: {ADAM_BYTES_PER_PARAM} bytes/parameter (mixed-precision Adam) plus 34*S*h bytes "
-        "per layer and sequence (Korthikanti et al. 2022, flash attention) plus fp32 logits",
+        f"training memory per device: {ADAM_BYTES_PER_PARAM} bytes/parameter (mixed-precision Adam)"
+        + (f" sharded over {layout.gpus} devices (FSDP)" if layout.gpus > 1 else "") + f" plus {act} plus fp32 logits",
     ]
+    if layout.gpus > 1:
+        assumptions.append(f"layout: {layout.gpus} GPUs on {layout.nodes} node(s); generation in {layout.engines} "
+                           f"engine(s) of TP {layout.tp}; training with FSDP over {layout.gpus} GPUs; "
+                           f"links: {model.comm.source}")
     s = rf.mean_context(prompt_len, output_len)
     knee, knee_note = knee_statement(model, s)
     e2e, e2e_note = generation_knee_statement(model, prompt_len, output_len)

@@ -40,6 +40,9 @@ class Costs(BaseModel):
     moe_layers: int = 0
     moe_expert_bytes: float = 0.0  # one expert in one layer
     total_weight_bytes: Optional[float] = None  # every parameter (all experts, input embedding); None: not recorded
+    hidden_size: Optional[int] = None  # for the tensor-parallel all-reduces (None in fits stored before them)
+    num_layers: Optional[int] = None
+    num_kv_heads: Optional[int] = None
 
     @classmethod
     def from_spec(cls, spec: ModelSpec, bytes_per_param: int) -> "Costs":
@@ -55,6 +58,7 @@ class Costs(BaseModel):
             moe_layers=moe.moe_layers if moe else 0,
             moe_expert_bytes=float(moe.expert_params * bytes_per_param) if moe else 0.0,
             total_weight_bytes=float(spec.params_total * bytes_per_param),
+            hidden_size=spec.hidden_size, num_layers=spec.num_layers, num_kv_heads=spec.num_kv_heads,
         )
 
     def weight_bytes_for(self, tokens):
@@ -113,10 +117,11 @@ def prefill_flops(costs: Costs, c, p):
     return c * p * (costs.flops_per_token + p * costs.attn_flops_per_ctx_token / 2)
 
 
-def train_flops(costs: Costs, b, seq_len):
+def train_flops(costs: Costs, b, seq_len, recompute: bool = False):
     """Forward + backward of b sequences of S tokens ~ 3x the forward, 3*b*S*(F + S*a/2)
-    (Kaplan et al. 2020; nanoGPT's estimate_mfu)."""
-    return 3.0 * prefill_flops(costs, b, seq_len)
+    (Kaplan et al. 2020; nanoGPT's estimate_mfu); activation checkpointing runs the forward
+    again in the backward: 4x (Chen et al. 2016)."""
+    return (4.0 if recompute else 3.0) * prefill_flops(costs, b, seq_len)
 
 
 # ---------------------------------------------------------------- memory time against compute time
@@ -173,9 +178,10 @@ def static_batch_s(prefill_time, decode_step_time, output_len, overhead_s: float
     return overhead_s + prefill_time + np.maximum(np.asarray(output_len) - 1, 0) * decode_step_time
 
 
-def train_step_s(b, seq_len, costs: Costs, t0: float, phi_train: float):
-    """Training micro-step: t0 + 3*b*S*(F + S*a/2)/PHI_train (forward + backward ~ 3x forward)."""
-    return _out(t0 + train_flops(costs, b, seq_len) / phi_train)
+def train_step_s(b, seq_len, costs: Costs, t0: float, phi_train: float, recompute: bool = False):
+    """Training micro-step: t0 + 3*b*S*(F + S*a/2)/PHI_train (forward + backward ~ 3x forward; 4x
+    with activation checkpointing)."""
+    return _out(t0 + train_flops(costs, b, seq_len, recompute) / phi_train)
 
 
 def forward_pass_s(b, seq_len, costs: Costs, t0: float, phi_train: float):
@@ -296,7 +302,89 @@ def training_state_bytes(costs: Costs) -> float:
     return ADAM_BYTES_PER_PARAM * all_weight_bytes(costs) / costs.bytes_per_param
 
 
-def activation_bytes_per_sequence(spec: ModelSpec, seq_len: int, bytes_per_param: int) -> float:
+def activation_bytes_per_sequence(spec: ModelSpec, seq_len: int, bytes_per_param: int,
+                                  checkpointing: bool = False) -> float:
     """Activations kept for backward per sequence: 34*S*h per layer at 16 bits with flash attention
-    (Korthikanti et al. 2022, table 2, without the s^2 term), plus fp32 logits and their gradient."""
-    return spec.num_layers * seq_len * spec.hidden_size * 34 * bytes_per_param / 2 + seq_len * spec.vocab_size * 8
+    (Korthikanti et al. 2022, table 2, without the s^2 term), plus fp32 logits and their gradient.
+    With activation checkpointing per block: each block's input (S*h values) and one block's
+    activations while it is recomputed (Korthikanti et al. 2022, section 4, full recomputation)."""
+    block = seq_len * spec.hidden_size * 34 * bytes_per_param / 2
+    logits = seq_len * spec.vocab_size * 8
+    if checkpointing:
+        return spec.num_layers * seq_len * spec.hidden_size * bytes_per_param + block + logits
+    return spec.num_layers * block + logits
+
+
+# ---------------------------------------------------------------- many devices
+
+
+def allreduce_s(nbytes, n: int, busbw: float, alpha_s: float = 0.0):
+    """All-reduce of ``nbytes`` over n ranks: alpha + m*2(n-1)/n / busbw, with nccl-tests' bus
+    bandwidth (busbw = algbw * 2(n-1)/n, so rank counts compare); 0 on one rank."""
+    if n <= 1:
+        return _out(np.zeros_like(np.asarray(nbytes, dtype=float)))
+    return _out(alpha_s + np.asarray(nbytes, dtype=float) * 2 * (n - 1) / n / busbw)
+
+
+def allgather_s(nbytes, n: int, busbw: float, alpha_s: float = 0.0):
+    """All-gather (or reduce-scatter) whose full buffer is ``nbytes``: alpha + m*(n-1)/n / busbw
+    (nccl-tests: busbw = algbw * (n-1)/n); 0 on one rank."""
+    if n <= 1:
+        return _out(np.zeros_like(np.asarray(nbytes, dtype=float)))
+    return _out(alpha_s + np.asarray(nbytes, dtype=float) * (n - 1) / n / busbw)
+
+
+reduce_scatter_s = allgather_s
+
+
+def tp_shard(costs: Costs, tp: int) -> Costs:
+    """One device's constants under tensor parallelism (Megatron-style, as vLLM shards): weights,
+    FLOPs and attention split TP ways; KV heads split, each device keeping at least one (vLLM
+    replicates KV heads when there are fewer than TP)."""
+    if tp <= 1:
+        return costs
+    k = costs.kv_bytes_per_token
+    if costs.num_kv_heads:
+        k = k / costs.num_kv_heads * max(costs.num_kv_heads // tp, 1)
+    else:
+        k = k / tp
+    total = None if costs.total_weight_bytes is None else costs.total_weight_bytes / tp
+    return costs.model_copy(update={
+        "weight_bytes": costs.weight_bytes / tp, "kv_bytes_per_token": k, "flops_per_token": costs.flops_per_token / tp,
+        "attn_flops_per_ctx_token": costs.attn_flops_per_ctx_token / tp, "moe_expert_bytes": costs.moe_expert_bytes / tp,
+        "total_weight_bytes": total})
+
+
+def tp_comm_s(costs: Costs, tokens, tp: int, busbw: float, alpha_s: float):
+    """Two all-reduces per layer of tokens*hidden*bytes (attention output and MLP output, Megatron)."""
+    if tp <= 1 or not costs.num_layers or not costs.hidden_size:
+        return _out(np.zeros_like(np.asarray(tokens, dtype=float)))
+    m = np.asarray(tokens, dtype=float) * costs.hidden_size * costs.bytes_per_param
+    return _out(2 * costs.num_layers * allreduce_s(m, tp, busbw, alpha_s))
+
+
+def fsdp_comm_s(costs: Costs, n: int, busbw: float, alpha_s: float = 0.0, reduce_bytes_per_param: int = 4,
+                backward: bool = True) -> float:
+    """FSDP's traffic per micro-step and rank: the parameters all-gathered in the forward and again
+    in the backward (2*P*bytes*(n-1)/n), the gradients reduce-scattered (P*bytes_grad*(n-1)/n,
+    fp32 by default), one collective of each per block and the root. ``backward=False``: a
+    forward pass alone (one all-gather)."""
+    if n <= 1:
+        return 0.0
+    params = all_weight_bytes(costs) / costs.bytes_per_param
+    groups = (costs.num_layers or 0) + 1
+    gather = allgather_s(params * costs.bytes_per_param, n, busbw)
+    if not backward:
+        return float(gather + groups * alpha_s)
+    scatter = reduce_scatter_s(params * reduce_bytes_per_param, n, busbw)
+    return float(2 * gather + scatter + 3 * groups * alpha_s)
+
+
+def exposed_s(compute_s, comm_s, hidden_share: float):
+    """A step whose communication overlaps its compute: compute + the share of comm not hidden."""
+    return _out(compute_s + (1.0 - hidden_share) * np.asarray(comm_s, dtype=float))
+
+
+def fsdp_memory_per_rank_bytes(costs: Costs, n: int, b, activation_per_sequence: float):
+    """(parameters + gradients + optimizer states) / N + b sequences of activations."""
+    return _out(training_state_bytes(costs) / max(n, 1) + np.asarray(b, dtype=float) * activation_per_sequence)

@@ -45,6 +45,19 @@ class TrainParams(BaseModel):
     smallest_oom_micro_batch: Optional[int] = None  # measured: the memory line is capped below it
 
 
+class CommParams(BaseModel):
+    """Collective rates between the devices of a layout, nccl-tests' bus bandwidth and a latency:
+    within an engine (tensor parallel) and across the training devices (FSDP)."""
+
+    model_config = ConfigDict(extra="forbid")
+    tp_busbw_bytes_per_s: float
+    tp_alpha_s: float
+    fsdp_busbw_bytes_per_s: float
+    fsdp_alpha_s: float
+    fsdp_hidden_share: float = 0.0  # share of FSDP's collectives hidden under compute
+    source: str = ""
+
+
 Part = Literal["decode", "prefill", "train"]
 _PART_NAMES = {"decode": "decode", "prefill": "prefill", "train": "training"}
 
@@ -61,6 +74,31 @@ class ThroughputModel(BaseModel):
     kv_cache_tokens: Optional[int] = None  # engine KV capacity, when known
     max_num_seqs: Optional[int] = None
     gen_overhead_s: float = 0.0  # per generate call, outside prefill and decode steps (setup, sampling glue)
+    # the layout: generation engines of `tp` devices (rates per device, costs sharded, TP all-reduces);
+    # training with FSDP over `train_devices` ranks (micro-batches per device). A model fitted to an
+    # engine as a whole keeps tp = 1: its rates are the engine's.
+    tp: int = 1
+    train_devices: int = 1
+    nodes: int = 1
+    activation_checkpointing: bool = False
+    comm: Optional[CommParams] = None
+
+    @property
+    def device_costs(self) -> Costs:
+        """One device's share of the model constants in a generation engine."""
+        return rf.tp_shard(self.costs, self.tp)
+
+    def _tp_comm(self, tokens):
+        if self.tp <= 1 or self.comm is None:
+            return 0.0
+        return rf.tp_comm_s(self.costs, tokens, self.tp, self.comm.tp_busbw_bytes_per_s, self.comm.tp_alpha_s)
+
+    def _fsdp_comm(self, backward: bool = True) -> float:
+        if self.train_devices <= 1 or self.comm is None:
+            return 0.0
+        c = self.comm
+        return rf.fsdp_comm_s(self.costs, self.train_devices, c.fsdp_busbw_bytes_per_s, c.fsdp_alpha_s,
+                              backward=backward)
 
     def require(self, part: Part):
         """The parameters of ``part``, or a UserError saying the model lacks it."""
@@ -82,7 +120,8 @@ class ThroughputModel(BaseModel):
     # ---- generation
     def decode_step_s(self, c, s):
         d = self.require("decode")
-        return rf.decode_step_s(c, s, self.costs, d.t0_s, d.bw_bytes_per_s, d.phi_flops_per_s, d.smooth_p, d.t_seq_s)
+        return rf.decode_step_s(c, s, self.device_costs, d.t0_s, d.bw_bytes_per_s, d.phi_flops_per_s, d.smooth_p,
+                                d.t_seq_s) + self._tp_comm(c)
 
     def decode_tokens_per_s(self, c, s):
         return c / self.decode_step_s(c, s)
@@ -90,26 +129,28 @@ class ThroughputModel(BaseModel):
     def decode_terms_s(self, c, s) -> tuple:
         """The memory and compute times of a decode step, before they are combined."""
         d = self.require("decode")
-        return (rf.decode_bytes(self.costs, c, s) / d.bw_bytes_per_s,
-                rf.decode_flops(self.costs, c, s) / d.phi_flops_per_s)
+        k = self.device_costs
+        return rf.decode_bytes(k, c, s) / d.bw_bytes_per_s, rf.decode_flops(k, c, s) / d.phi_flops_per_s
 
     def decode_ceiling_tokens_per_s(self, s):
         d = self.require("decode")
-        return rf.decode_ceiling_tokens_per_s(self.costs, s, d.phi_flops_per_s, d.t_seq_s)
+        return rf.decode_ceiling_tokens_per_s(self.device_costs, s, d.phi_flops_per_s, d.t_seq_s)
 
     def prefill_s(self, c, prompt_len):
         pp = self.prefill_rates()
-        return rf.prefill_s(c, prompt_len, self.costs, pp.t0_s, pp.bw_bytes_per_s, pp.phi_flops_per_s, pp.smooth_p)
+        return rf.prefill_s(c, prompt_len, self.device_costs, pp.t0_s, pp.bw_bytes_per_s, pp.phi_flops_per_s,
+                            pp.smooth_p) + self._tp_comm(c * prompt_len)
 
     def prefill_tokens_s(self, q1, q2):
         pp = self.prefill_rates()
-        return rf.prefill_tokens_s(q1, q2, self.costs, pp.t0_s, pp.bw_bytes_per_s, pp.phi_flops_per_s, pp.smooth_p)
+        return rf.prefill_tokens_s(q1, q2, self.device_costs, pp.t0_s, pp.bw_bytes_per_s, pp.phi_flops_per_s,
+                                   pp.smooth_p) + self._tp_comm(q1)
 
     def mixed_step_s(self, dec, ctx, q1, q2):
         """A continuous-batching step with decodes and prefill tokens (see roofline.mixed_step_s)."""
         d = self.require("decode")
-        return rf.mixed_step_s(self.costs, dec, ctx, q1, q2, d.t0_s, d.bw_bytes_per_s, d.phi_flops_per_s,
-                               self.prefill_rates().phi_flops_per_s, d.smooth_p, d.t_seq_s)
+        return rf.mixed_step_s(self.device_costs, dec, ctx, q1, q2, d.t0_s, d.bw_bytes_per_s, d.phi_flops_per_s,
+                               self.prefill_rates().phi_flops_per_s, d.smooth_p, d.t_seq_s) + self._tp_comm(dec + q1)
 
     def generation_tokens_per_s(self, c, prompt_len, output_len):
         """Static batch: prefill, then output_len - 1 decode steps at mean context (as the hf backend measures)."""
@@ -120,25 +161,33 @@ class ThroughputModel(BaseModel):
 
     def knee(self, s: float) -> Optional[float]:
         d = self.require("decode")
-        return rf.knee(self.costs, s, d.bw_bytes_per_s, d.phi_flops_per_s)
+        return rf.knee(self.device_costs, s, d.bw_bytes_per_s, d.phi_flops_per_s)
 
     def short_context_knee(self) -> Optional[float]:
         d = self.require("decode")
-        return rf.short_context_knee(self.costs, d.bw_bytes_per_s, d.phi_flops_per_s)
+        return rf.short_context_knee(self.device_costs, d.bw_bytes_per_s, d.phi_flops_per_s)
 
     def generation_knee(self, prompt_len: float, output_len: int) -> Optional[float]:
         d = self.require("decode")
-        return rf.generation_knee(self.costs, prompt_len, output_len, d.bw_bytes_per_s, d.phi_flops_per_s,
+        return rf.generation_knee(self.device_costs, prompt_len, output_len, d.bw_bytes_per_s, d.phi_flops_per_s,
                                   self.prefill_rates().phi_flops_per_s)
 
     # ---- training
     def train_step_s(self, b, seq_len):
+        """One micro-step of b sequences on each training device (FSDP: plus the collectives not
+        hidden under compute; checkpointing: the forward again)."""
         t = self.require("train")
-        return rf.train_step_s(b, seq_len, self.costs, t.t0_s, t.phi_flops_per_s)
+        compute = rf.train_step_s(b, seq_len, self.costs, t.t0_s, t.phi_flops_per_s, self.activation_checkpointing)
+        if self.train_devices <= 1 or self.comm is None:
+            return compute
+        return rf.exposed_s(compute, self._fsdp_comm(), self.comm.fsdp_hidden_share)
 
     def forward_s(self, b, seq_len):
         t = self.require("train")
-        return rf.forward_pass_s(b, seq_len, self.costs, t.t0_s, t.phi_flops_per_s)
+        compute = rf.forward_pass_s(b, seq_len, self.costs, t.t0_s, t.phi_flops_per_s)
+        if self.train_devices <= 1 or self.comm is None:
+            return compute
+        return rf.exposed_s(compute, self._fsdp_comm(backward=False), self.comm.fsdp_hidden_share)
 
     def train_tokens_per_s(self, b, seq_len):
         """Tokens/s of one micro-step followed by its optimizer step (what a training point measures)."""

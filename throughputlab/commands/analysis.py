@@ -59,10 +59,20 @@ def fit(profile: Path, bootstrap: int, output: Optional[Path], no_save: bool, se
 @click.option("--output-len", type=int, default=None, help="Output tokens [default: the profile's, or 512].")
 @click.option("--micro-batch", "-b", type=IntList(), default=None, help="Training micro-batches [default: 1,2,4,8,16].")
 @click.option("--seq-len", type=int, default=None, help="Training sequence length [default: the profile's, or 2048].")
+@click.option("--gpus", type=int, default=None,
+              help="Analytic prediction: devices in all [default: --tp, one engine]. Generation runs in GPUS/TP "
+                   "engines; training is FSDP over all of them.")
+@click.option("--tp", type=int, default=1, show_default=True,
+              help="Analytic prediction: tensor-parallel size of each generation engine (within a node).")
+@click.option("--nodes", type=int, default=1, show_default=True,
+              help="Analytic prediction: machines the GPUs are spread over (FSDP then crosses the network).")
+@click.option("--activation-checkpointing", is_flag=True,
+              help="Analytic prediction: training recomputes each block's forward (4x instead of 3x forward "
+                   "FLOPs, far less activation memory).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the prediction as a profile (kind=predicted) that `report` and `decide` read.")
 def predict(profile_path, model, gpu, dtype, calibrate, concurrency, prompt_len, output_len, micro_batch, seq_len,
-            output) -> None:
+            gpus, tp, nodes, activation_checkpointing, output) -> None:
     """Predict tokens/s where nothing was measured: from a fitted profile, or from a config and a datasheet.
 
     \b
@@ -70,9 +80,11 @@ def predict(profile_path, model, gpu, dtype, calibrate, concurrency, prompt_len,
       throughputlab predict --profile prof.json -c 3,96,200
       throughputlab predict --model qwen2.5-7b --gpu h200
       throughputlab predict --model qwen2.5-7b --gpu h200 --calibrate a100-profile.json -o h200.json
+      throughputlab predict --model qwen2.5-72b --gpu h100 --tp 2 -c 1,8,64
+      throughputlab predict --model qwen3-30b-a3b --gpu h200 --gpus 8
     """
     from throughputlab.fit.schema import load_fit, micro_batch_statement
-    from throughputlab.predict import generation_table, predict_analytic, predict_from_profile, training_table
+    from throughputlab.predict import Layout, generation_table, predict_analytic, predict_from_profile, training_table
     from throughputlab.roofline import single_stream_bound
     from throughputlab.profile import Profile
 
@@ -83,8 +95,9 @@ def predict(profile_path, model, gpu, dtype, calibrate, concurrency, prompt_len,
     cs = concurrency or [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
     bs = micro_batch or [1, 2, 4, 8, 16]
     if profile_path is not None:
-        if gpu or calibrate:
-            raise UserError("--gpu and --calibrate go with --model (analytic prediction), not with --profile")
+        if gpu or calibrate or gpus is not None or (tp, nodes) != (1, 1) or activation_checkpointing:
+            raise UserError("--gpu, --calibrate, --gpus, --tp, --nodes and --activation-checkpointing go with --model "
+                            "(analytic prediction), not with --profile")
         pred = predict_from_profile(Profile.load(profile_path), concurrency=cs, prompt_len=prompt_len,
                                     output_len=output_len, micro_batches=bs, seq_len=seq_len)
     else:
@@ -93,9 +106,10 @@ def predict(profile_path, model, gpu, dtype, calibrate, concurrency, prompt_len,
         from throughputlab.models import resolve_model
 
         spec = resolve_model(model).spec
+        layout = Layout(gpus=tp * nodes if gpus is None else gpus, tp=tp, nodes=nodes, activation_checkpointing=activation_checkpointing).check()
         cal = Profile.load(calibrate) if calibrate else None
         pred = predict_analytic(spec, gpu, dtype=dtype, calibrate=cal, concurrency=cs, prompt_len=prompt_len or 512,
-                                output_len=output_len or 512, micro_batches=bs, seq_len=seq_len or 2048)
+                                output_len=output_len or 512, micro_batches=bs, seq_len=seq_len or 2048, layout=layout)
     fit = load_fit(pred)
     m = fit.model
     st = pred.settings
@@ -103,7 +117,10 @@ def predict(profile_path, model, gpu, dtype, calibrate, concurrency, prompt_len,
     for a in fit.assumptions:
         click.echo(f"  {a}")
     if m.decode is not None:
-        click.echo(f"generation, prompt {st.prompt_len}, output {st.output_len}:")
+        engines = m.train_devices // m.tp if m.train_devices > 1 else 1
+        where = (f", per engine of TP {m.tp} ({engines} engine(s) on {m.train_devices} GPUs: multiply tokens/s "
+                 f"by {engines} for all of them)" if m.tp > 1 or engines > 1 else "")
+        click.echo(f"generation, prompt {st.prompt_len}, output {st.output_len}{where}:")
         click.echo(generation_table(m, cs, st.prompt_len, st.output_len).to_string(index=False, float_format=_num))
         if fit.generation is not None:
             click.echo(fit.generation.knee_note)
@@ -113,12 +130,18 @@ def predict(profile_path, model, gpu, dtype, calibrate, concurrency, prompt_len,
         click.echo("knee as the context goes to 0: " + (f"{k0:.4g}" if k0 is not None else "none (memory-bound)"))
         if fit.peaks.datasheet_bytes_per_s:
             click.echo(f"single-sequence bound, datasheet bandwidth / weight bytes: "
-                       f"{single_stream_bound(m.costs, fit.peaks.datasheet_bytes_per_s):,.1f} tokens/s")
-        if m.kv_cache_tokens is not None:
+                       f"{single_stream_bound(m.device_costs, fit.peaks.datasheet_bytes_per_s):,.1f} tokens/s")
+        if m.kv_cache_tokens == 0:
+            click.echo("KV cache: none: the weights alone fill the engine's share of device memory "
+                       "(use more devices per engine, --tp, or a smaller dtype)")
+        elif m.kv_cache_tokens is not None:
             click.echo(f"KV cache: {m.kv_cache_tokens:,} tokens "
                        f"({m.kv_cache_tokens / (st.prompt_len + st.output_len):,.0f} sequences of this length)")
     if m.train is not None:
-        click.echo(f"training, sequence length {st.seq_len}:")
+        fsdp = (f", micro-batch per device, FSDP over {m.train_devices} GPUs"
+                + (" with activation checkpointing" if m.activation_checkpointing else "")
+                if m.train_devices > 1 else "")
+        click.echo(f"training, sequence length {st.seq_len}{fsdp}:")
         click.echo(training_table(m, bs, st.seq_len).to_string(index=False, float_format=_num))
         click.echo(micro_batch_statement(fit))
     if output is not None:

@@ -73,3 +73,29 @@ def peak_flops(peak: Optional[DatasheetPeak], dtype: str) -> Optional[float]:
         return None
     aliases = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "half": "float16"}
     return peak.flops_per_s.get(aliases.get(dtype, dtype))
+
+
+# Links between devices, for predictions without a collective benchmark: the per-GPU
+# unidirectional bandwidth of the intra-node fabric, and of the inter-node network.
+# (key, intra-node bytes/s, source)
+_LINKS: dict[str, tuple[float, str]] = {
+    "B200": (900 * G, "NVLink 5: 1.8 TB/s per GPU both directions"),
+    "H200": (450 * G, "NVLink 4: 18 links, 900 GB/s per GPU both directions"),
+    "H100 SXM": (450 * G, "NVLink 4: 18 links, 900 GB/s per GPU both directions"),
+    "H100 NVL": (300 * G, "NVLink bridge: 600 GB/s per GPU pair both directions"),
+    "H100 PCIe": (64 * G, "PCIe Gen5 x16: 64 GB/s each way"),
+    "A100 80GB SXM": (300 * G, "NVLink 3: 12 links, 600 GB/s per GPU both directions"),
+    "A100 40GB": (300 * G, "NVLink 3: 12 links, 600 GB/s per GPU both directions"),
+    "A100 80GB PCIe": (32 * G, "PCIe Gen4 x16: 32 GB/s each way"),
+    "MI300X": (448 * G, "Infinity Fabric: 7 links x 64 GB/s per GPU each way"),
+}
+INTER_NODE_BYTES_PER_S = 50 * G  # one 400 Gb/s InfiniBand or RoCE NIC per GPU, as in DGX/HGX nodes
+PCIE_GEN4_BYTES_PER_S = 32 * G  # devices without a row: PCIe Gen4 x16
+
+
+def link_bandwidth(device_key: str) -> tuple[float, str]:
+    """Intra-node link bandwidth per GPU (bytes/s, one direction) and where the figure comes from."""
+    if device_key in _LINKS:
+        bw, src = _LINKS[device_key]
+        return bw, f"{device_key} datasheet: {src}"
+    return PCIE_GEN4_BYTES_PER_S, f"{device_key}: no NVLink figure, PCIe Gen4 x16 (32 GB/s each way) assumed"
