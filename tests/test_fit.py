@@ -206,3 +206,17 @@ def test_sum_form_is_a_valid_smooth_form():
     assert r.model.decode.smooth_p == pytest.approx(1.0, abs=0.05)
     assert _param(r.generation.params, "bw_bytes_per_s").value == pytest.approx(true["bw"], rel=0.05)
     assert r.model.decode.t_seq_s == pytest.approx(true["t_seq"], rel=0.1)
+
+
+def test_tensor_parallel_engine_is_searched_up_to_tp_times_one_device_peak():
+    from throughputlab.fit.generation import ceilings
+    from throughputlab.fit.schema import engine_devices, peaks_of
+    from throughputlab.profile import EngineInfo
+
+    prof = make_profile(concurrencies=(1, 2, 4, 8, 16), micro_batches=(1, 2, 4))
+    one = ceilings(peaks_of(prof))
+    prof.engine = EngineInfo(name="vllm", engine_args={"tensor_parallel_size": 2})
+    assert engine_devices(prof) == 2
+    assert ceilings(peaks_of(prof), engine_devices(prof)) == (2 * one[0], 2 * one[1])
+    r = fit_profile(prof)
+    assert any("engine of 2 devices" in w for w in r.warnings)

@@ -74,13 +74,15 @@ def _resampled(p: GenPoint, rng: np.random.Generator) -> GenObs:
     return gen_obs(p.model_copy(update={"samples": [p.samples[i] for i in idx]}))
 
 
-def ceilings(peaks: Peaks) -> tuple[Optional[float], Optional[float]]:
-    """Upper ends of the search: the datasheet peak (cannot be exceeded), else 10x the micro-benchmark."""
+def ceilings(peaks: Peaks, devices: int = 1) -> tuple[Optional[float], Optional[float]]:
+    """Upper ends of the search: the datasheet peak (cannot be exceeded), else 10x the
+    micro-benchmark; an engine over ``devices`` devices (tensor parallel) has that many times one
+    device's peak."""
     bw = peaks.datasheet_bytes_per_s or (MICROBENCH_HEADROOM * peaks.microbench_bytes_per_s
                                          if peaks.microbench_bytes_per_s else None)
     phi = peaks.datasheet_flops_per_s or (MICROBENCH_HEADROOM * peaks.microbench_flops_per_s
                                           if peaks.microbench_flops_per_s else None)
-    return bw, phi
+    return (bw * devices if bw else None), (phi * devices if phi else None)
 
 
 def _bounds(peak_bw: Optional[float], peak_phi: Optional[float], t_scale: float):
@@ -276,8 +278,11 @@ def _choose_form(candidates: dict) -> str:
 
 
 def fit_generation(points: list[GenPoint], costs: Costs, peaks: Peaks, warnings: list[str], bootstrap_n: int,
-                   rng: np.random.Generator, probe_costs: Optional[Costs] = None):
-    """(GenerationFit, DecodeParams, PrefillFit or None, PrefillParams or None, overhead seconds)."""
+                   rng: np.random.Generator, probe_costs: Optional[Costs] = None, engine_devices: int = 1):
+    """(GenerationFit, DecodeParams, PrefillFit or None, PrefillParams or None, overhead seconds).
+
+    An engine of several devices (tensor parallel) is fitted as one: its BW and PHI are the
+    engine's, searched up to one device's peak times the device count; the all-reduces are in t0."""
     obs = [gen_obs(p) for p in points]
     has_steps = all(o.decode_step_s for o in obs)
     if probe_costs is not None and not (has_steps and all(o.probe_step_s for o in obs)):
@@ -289,7 +294,10 @@ def fit_generation(points: list[GenPoint], costs: Costs, peaks: Peaks, warnings:
     if not has_steps:
         warnings.append("no decode step timings in the profile: the decode parameters were fitted to end-to-end "
                         "tokens/s, with the prefill sharing them")
-    bw_hi, phi_hi = ceilings(peaks)
+    bw_hi, phi_hi = ceilings(peaks, engine_devices)
+    if engine_devices > 1:
+        warnings.append(f"an engine of {engine_devices} devices (tensor parallel) fitted as one: BW and PHI are the "
+                        "engine's, its all-reduces are part of t0")
     lo3, hi3 = _bounds(bw_hi, phi_hi, max(o.total_s for o in obs))
     n = len(obs)
     forms = ["max", "smooth"] if n >= 6 else ["max"]

@@ -7,7 +7,7 @@ import numpy as np
 from throughputlab.errors import UserError
 from throughputlab.fit.generation import ceilings, fit_generation
 from throughputlab.fit.knees import generation_knee_statement, knee_statement
-from throughputlab.fit.schema import DEFAULT_SEED, FitResult, costs_of, peaks_of, probe_costs_of
+from throughputlab.fit.schema import DEFAULT_SEED, FitResult, costs_of, engine_devices, peaks_of, probe_costs_of
 from throughputlab.fit.training import fit_training
 from throughputlab.fit.mbu import utilisation
 from throughputlab.profile import Profile, now_iso
@@ -38,7 +38,7 @@ def fit_profile(profile: Profile, *, bootstrap: int = 0, seed: int = DEFAULT_SEE
     overhead = 0.0
     if gen_pts:
         gen, dec_params, pre, pre_params, overhead = fit_generation(gen_pts, costs, peaks, warnings, bootstrap, rng,
-                                                                    probe_costs_of(profile))
+                                                                    probe_costs_of(profile), engine_devices(profile))
     tr = tr_params = None
     if train_pts:
         tr, tr_params = fit_training(profile, train_pts, costs, peaks, warnings, bootstrap, rng, ceilings(peaks)[1])

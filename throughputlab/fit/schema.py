@@ -169,6 +169,15 @@ def probe_costs_of(profile: Profile) -> Optional[Costs]:
     return Costs.from_spec(spec, profile.bytes_per_param)
 
 
+def engine_devices(profile: Profile) -> int:
+    """Devices of the generation engine the profile measured (vLLM's tensor_parallel_size)."""
+    args = profile.engine.engine_args if profile.engine else {}
+    try:
+        return max(int(args.get("tensor_parallel_size", 1) or 1), 1)
+    except (TypeError, ValueError):
+        return 1
+
+
 def peaks_of(profile: Profile) -> Peaks:
     hw = profile.hardware
     ds, mb = hw.datasheet, hw.microbench
