@@ -1,0 +1,252 @@
+"""Collective micro-benchmarks on 2 gloo ranks of this CPU, run through PyTorch's launcher as a
+user would, and the machine topology.
+
+The process checks watch the run's whole process tree (launcher and ranks) while it runs and
+require every process seen to be gone afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+import psutil
+import pytest
+
+from throughputlab.errors import UserError
+from throughputlab.hardware.collectives import (
+    CollectiveBench, CollectiveRunError, bus_factor, fit_line, measure_collectives, point_from_samples,
+)
+from throughputlab.hardware.topology import cpu_topology, gpu_topology, parse_cpulist
+
+RANK_MODULE = "throughputlab.hardware.collectives"
+
+
+class TreeWatch:
+    """Every descendant of ``root`` seen while the watch runs (sampled every 20 ms)."""
+
+    def __init__(self, root: int):
+        self.root, self.seen, self.cmdlines, self.parents, self._stop = root, {}, {}, {}, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self):
+        while not self._stop.is_set():
+            try:
+                for p in psutil.Process(self.root).children(recursive=True):
+                    p = self.seen.setdefault(p.pid, p)
+                    try:  # read again while alive: a fresh child shows its parent's command until it execs
+                        cmd = " ".join(p.cmdline())
+                    except psutil.Error:
+                        cmd = ""
+                    if cmd:  # a zombie's is empty
+                        self.cmdlines[p.pid] = cmd
+                    try:
+                        self.parents.setdefault(p.pid, p.ppid())
+                    except psutil.Error:
+                        pass
+            except psutil.Error:
+                pass
+            time.sleep(0.02)
+
+    def ranks(self) -> list[psutil.Process]:
+        """The launcher's children running the rank module (not a rank's own short-lived forks)."""
+        launchers = {pid for pid, cmd in list(self.cmdlines.items()) if "torch.distributed.run" in cmd}
+        return [p for pid, p in list(self.seen.items())
+                if RANK_MODULE in self.cmdlines.get(pid, "") and self.parents.get(pid) in launchers]
+
+    def wait_for_ranks(self, n: int, timeout: float = 60.0) -> list[psutil.Process]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            ranks = [p for p in self.ranks() if _alive(p)]
+            if len(ranks) >= n:
+                return ranks
+            time.sleep(0.05)
+        raise AssertionError(f"{n} ranks never appeared")
+
+    def survivors(self) -> list[psutil.Process]:
+        return [p for p in self.seen.values() if _alive(p)]
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _wait_ranks_busy(ranks: list[psutil.Process], cpu_s: float = 2.0, timeout: float = 60.0) -> None:
+    """Until every rank has used ``cpu_s`` of CPU (past importing torch and the rendezvous)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if all(sum(r.cpu_times()[:2]) >= cpu_s for r in ranks):
+                return
+        except psutil.Error:
+            return
+        time.sleep(0.1)
+
+
+# ---------------------------------------------------------------- pure arithmetic
+
+
+def test_busbw_formula_by_hand():
+    # 4 ranks, 8 MiB in 2 ms (median of three samples)
+    s = 8 * 2**20
+    p = point_from_samples(s, [0.003, 0.002, 0.001], 4, "all_reduce")
+    assert p.time_s == 0.002 and p.count == s // 4
+    assert p.algbw_bytes_per_s == pytest.approx(s / 0.002, rel=1e-12)
+    assert p.busbw_bytes_per_s == pytest.approx(s / 0.002 * 1.5, rel=1e-12)  # 2(n-1)/n = 1.5
+    g = point_from_samples(s, [0.002], 4, "all_gather")
+    assert g.busbw_bytes_per_s == pytest.approx(s / 0.002 * 0.75, rel=1e-12)  # (n-1)/n
+    assert bus_factor("reduce_scatter", 8) == 7 / 8 and bus_factor("all_reduce", 2) == 1.0
+
+
+def test_fit_recovers_a_line():
+    sizes = [4**k * 1024 for k in range(1, 9)]
+    alpha, busbw, f = 30e-6, 20e9, 1.5
+    times = [alpha + s * f / busbw for s in sizes]
+    fit = fit_line(sizes, times, f)
+    assert fit.alpha_s == pytest.approx(alpha, rel=1e-9)
+    assert fit.busbw_fit_bytes_per_s == pytest.approx(busbw, rel=1e-9)
+    assert fit.slope_sizes_bytes == sizes[4:] and fit.alpha_sizes_bytes == sizes[:2]
+    assert fit.max_rel_error == pytest.approx(0, abs=1e-9)
+    assert fit_line(sizes[:2], times[:2], f) is None  # too few sizes for a line
+
+
+def test_bad_arguments_name_the_option():
+    with pytest.raises(UserError, match="--nproc"):
+        measure_collectives(1)
+    with pytest.raises(UserError, match="--ops"):
+        measure_collectives(2, ops=["broadcast"])
+    with pytest.raises(UserError, match="--sizes"):
+        measure_collectives(2, sizes=[4])
+
+
+# ---------------------------------------------------------------- real runs
+
+
+def test_two_gloo_ranks_measure_three_ops():
+    sizes = [4096, 65536, 262144]
+    with TreeWatch(os.getpid()) as watch:
+        bench = measure_collectives(2, "cpu", sizes, iters=5, warmup=1, timeout_s=120)
+    # the launcher exits 0 only when every rank did
+    assert bench.backend == "gloo" and bench.world_size == 2 and bench.threads_per_rank == 1
+    assert [o.op for o in bench.ops] == ["all_reduce", "all_gather", "reduce_scatter"]
+    for o in bench.ops:
+        if o.status == "unsupported":  # gloo builds without reduce-scatter say so
+            assert o.op == "reduce_scatter" and o.error and not o.points
+            continue
+        assert o.status == "ok", (o.op, o.error)
+        assert [p.size_bytes for p in o.points] == sizes
+        for p in o.points:
+            assert p.status == "ok", (o.op, p)  # the values were checked on every rank
+            assert len(p.samples_s) == 5 and p.time_s == statistics.median(p.samples_s)
+            assert p.algbw_bytes_per_s == pytest.approx(p.size_bytes / p.time_s, rel=1e-12)
+            f = 1.0 if o.op == "all_reduce" else 0.5
+            assert p.busbw_bytes_per_s == pytest.approx(p.size_bytes / p.time_s * f, rel=1e-12)
+        assert o.fit is not None and o.fit.alpha_sizes_bytes == [4096]
+    assert bench.topology is not None and bench.topology.cpu.numa_nodes
+    assert CollectiveBench.model_validate_json(bench.model_dump_json()) == bench
+    assert len(watch.ranks()) == 2, "the watch never saw the two ranks"
+    assert not watch.survivors(), watch.survivors()
+
+
+def test_timeout_kills_the_launcher_and_ranks():
+    t0 = time.monotonic()
+    with TreeWatch(os.getpid()) as watch:
+        with pytest.raises(CollectiveRunError, match=r"did not finish within 10 s"):
+            measure_collectives(2, "cpu", [64 * 2**20], iters=10_000, warmup=0, timeout_s=10,
+                                record_topology=False)
+    assert time.monotonic() - t0 < 25
+    assert len(watch.ranks()) == 2
+    assert not watch.survivors(), watch.survivors()
+
+
+def test_killed_rank_gives_a_clear_error_and_leaves_nothing():
+    killed = {}
+
+    def kill_rank_1():
+        ranks = watch.wait_for_ranks(2)
+        _wait_ranks_busy(ranks)
+        r1 = next(p for p in ranks if p.environ().get("LOCAL_RANK") == "1")
+        killed["pid"] = r1.pid
+        r1.kill()
+
+    with TreeWatch(os.getpid()) as watch:
+        killer = threading.Thread(target=kill_rank_1, daemon=True)
+        killer.start()
+        with pytest.raises(CollectiveRunError) as err:
+            measure_collectives(2, "cpu", [64 * 2**20], iters=10_000, warmup=0, timeout_s=60,
+                                record_topology=False)
+        killer.join()
+    assert killed, "rank 1 was never killed"
+    assert "rank 1 exit code -9 (SIGKILL)" in str(err.value)
+    assert not watch.survivors(), watch.survivors()
+
+
+def test_ctrl_c_leaves_nothing():
+    code = ("from throughputlab.hardware.collectives import measure_collectives\n"
+            "measure_collectives(2, 'cpu', [64 * 2**20], iters=10_000, warmup=0, timeout_s=120)\n")
+    caller = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, start_new_session=True)
+    try:
+        with TreeWatch(caller.pid) as watch:
+            _wait_ranks_busy(watch.wait_for_ranks(2))
+            caller.send_signal(signal.SIGINT)
+            _, err = caller.communicate(timeout=30)
+    finally:
+        if caller.poll() is None:
+            os.killpg(caller.pid, signal.SIGKILL)
+            caller.wait()
+    assert "KeyboardInterrupt" in err
+    assert not watch.survivors(), watch.survivors()
+
+
+# ---------------------------------------------------------------- topology
+
+
+def test_cpu_topology_lists_numa_nodes_and_cores():
+    t = cpu_topology()
+    assert t.source in ("sysfs", "lscpu")
+    assert len(t.numa_nodes) >= 1
+    assert t.logical_cores == os.cpu_count()
+    assert t.physical_cores is not None and 1 <= t.physical_cores <= t.logical_cores
+    assert t.sockets is not None and t.sockets >= 1
+    node_cpus = {c for n in t.numa_nodes for c in n.cpus}
+    assert set(t.usable_cpus) <= node_cpus and len(node_cpus) == t.logical_cores
+
+
+def test_parse_cpulist():
+    assert parse_cpulist("0-3,8,10-11\n") == [0, 1, 2, 3, 8, 10, 11]
+    assert parse_cpulist("5") == [5]
+
+
+def test_gpu_topology_without_a_driver_falls_back():
+    g = gpu_topology()
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        pynvml.nvmlShutdown()
+        has_nvml = True
+    except Exception:
+        has_nvml = False
+    if has_nvml:
+        assert g.source == "nvml"
+        n = len(g.gpus)
+        assert len(g.pairs) == n * (n - 1) // 2
+    else:
+        assert g.source == "unavailable" and g.note and not g.pairs

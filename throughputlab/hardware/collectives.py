@@ -1,0 +1,616 @@
+"""Collective micro-benchmarks: all-reduce, all-gather and reduce-scatter over message sizes on
+the machine's devices, through ``torch.distributed`` (NCCL on CUDA, gloo on CPU), started by
+PyTorch's launcher, with a latency + bandwidth line fitted per op.
+
+Definitions (nccl-tests, PERFORMANCE.md), for ``n`` ranks and a message of ``S`` bytes:
+
+- ``S`` (``size_bytes``) is the all-reduce buffer, the all-gather *output* (n chunks of S/n,
+  one from each rank) and the reduce-scatter *input* (each rank keeps one reduced S/n chunk).
+  Elements are float32.
+- ``time_s``: per timed iteration, every rank times one op between a barrier (with a device
+  synchronisation) and the op's completion (synchronised again on CUDA); the iteration's time
+  is the slowest rank's, and ``time_s`` is the median over the timed iterations, after
+  ``warmup`` untimed ones. The barrier's exit skew between ranks is part of the time.
+- ``algbw_bytes_per_s = S / time_s``.
+- ``busbw_bytes_per_s = algbw * bus_factor``, with ``bus_factor = 2(n-1)/n`` for all-reduce
+  and ``(n-1)/n`` for all-gather and reduce-scatter: the bytes each rank's link carries in the
+  ring algorithms, so figures from different rank counts compare (and approach the link
+  bandwidth when the op is bandwidth bound).
+- The fit is ``t(S) = alpha_s + S * bus_factor / busbw_fit_bytes_per_s`` (the form
+  ``roofline.allreduce_s`` and ``roofline.allgather_s`` evaluate). The slope comes from an
+  ordinary least-squares line through the larger half of the measured sizes (at least two),
+  where bandwidth dominates; ``alpha_s`` is the smallest, over the smallest quarter of the
+  sizes (at least one), of the measured time minus that line's bandwidth term: the intercept
+  of the large sizes is too noisy to set the latency, and contention from other processes
+  only ever adds time. ``max_rel_error`` says how far the line is from the measured times
+  over all sizes (where the curve bends, for instance when the buffers outgrow a cache).
+
+Before timing each size, every op is run once on values that tell the ranks and chunks apart
+and its result is checked (``status="incorrect"`` otherwise). An op the backend does not
+implement (gloo has no reduce-scatter in some torch builds; torch 2.13's gloo has one) is
+recorded as ``unsupported``, not replaced by another op.
+
+``measure_collectives`` is the entry point: it starts ``python -m torch.distributed.run`` as a
+child in its own session, waits with a deadline, reads rank 0's JSON from a temporary file,
+and kills every process of the run (the launcher's group and each worker's own group: the
+launcher starts its workers in new sessions) on success, failure, timeout or Ctrl-C. On CPU
+each rank runs one OpenMP thread: two ranks with two threads each on two cores slow each
+other 5-10x. On CPU the figures check mechanics and correctness, not NCCL's speed.
+
+Run as a module (``python -m torch.distributed.run --nproc-per-node N -m
+throughputlab.hardware.collectives --out FILE``) this file is the rank's program.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict
+
+from throughputlab.errors import UserError
+from throughputlab.hardware.topology import Topology
+
+if TYPE_CHECKING:
+    from throughputlab.throughput import CommParams
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+Op = Literal["all_reduce", "all_gather", "reduce_scatter"]
+OPS: tuple[Op, ...] = ("all_reduce", "all_gather", "reduce_scatter")
+ELEMENT_BYTES = 4  # float32, as nccl-tests' default
+KIB = 1024
+
+
+def default_sizes(device: str) -> list[int]:
+    """Powers of 4 from 4 KiB to 64 MiB on CPU, to 1 GiB on GPUs."""
+    top = 2**30 if device.startswith("cuda") else 64 * 2**20
+    sizes, s = [], 4 * KIB
+    while s <= top:
+        sizes.append(s)
+        s *= 4
+    return sizes
+
+
+def bus_factor(op: Op, n: int) -> float:
+    """nccl-tests' bus bandwidth factor: 2(n-1)/n for all-reduce, (n-1)/n for all-gather and reduce-scatter."""
+    return 2 * (n - 1) / n if op == "all_reduce" else (n - 1) / n
+
+
+# ---------------------------------------------------------------- records
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CollectivePoint(_Record):
+    size_bytes: int  # nccl-tests' size: all-reduce buffer, all-gather output, reduce-scatter input
+    count: int  # float32 elements in that buffer
+    status: Literal["ok", "incorrect", "error"]
+    time_s: Optional[float] = None  # median of samples_s
+    algbw_bytes_per_s: Optional[float] = None
+    busbw_bytes_per_s: Optional[float] = None
+    samples_s: list[float] = []  # one per timed iteration: the slowest rank's time
+    error: Optional[str] = None
+
+
+class CollectiveFit(_Record):
+    """t(S) = alpha_s + S * bus_factor / busbw_fit_bytes_per_s."""
+
+    alpha_s: float
+    busbw_fit_bytes_per_s: Optional[float]  # None when the large sizes give no positive slope
+    slope_sizes_bytes: list[int]
+    alpha_sizes_bytes: list[int]
+    max_rel_error: Optional[float] = None  # max |line - measured| / measured over all ok sizes
+
+
+class CollectiveOp(_Record):
+    op: Op
+    status: Literal["ok", "unsupported", "error"]
+    bus_factor: float
+    error: Optional[str] = None
+    points: list[CollectivePoint] = []
+    fit: Optional[CollectiveFit] = None
+
+
+class CollectiveBench(_Record):
+    schema_version: Literal[1] = SCHEMA_VERSION
+    backend: Literal["nccl", "gloo"]
+    device: Literal["cpu", "cuda"]
+    device_name: Optional[str] = None
+    world_size: int
+    dtype: str = "float32"
+    warmup: int
+    iters: int
+    threads_per_rank: Optional[int] = None  # torch intra-op threads in each rank
+    torch_version: Optional[str] = None
+    launcher: str = "torch.distributed.run"
+    started_at: Optional[str] = None
+    wall_s: Optional[float] = None  # the whole run, launcher start-up included
+    ops: list[CollectiveOp] = []
+    topology: Optional[Topology] = None
+
+    def op(self, name: Op) -> Optional[CollectiveOp]:
+        return next((o for o in self.ops if o.op == name), None)
+
+    def comm_params(self, source: str = "") -> "CommParams":
+        """The throughput model's collective rates from these fits: tensor parallel from the
+        all-reduce; FSDP from all-gather and reduce-scatter, their busbw combined as FSDP's
+        micro-step uses them (two all-gathers per reduce-scatter, a weighted harmonic mean),
+        the all-gather alone where reduce-scatter has no fit. Raises ValueError without fits."""
+        from throughputlab.throughput import CommParams
+
+        def fitted(name: Op) -> Optional[CollectiveFit]:
+            o = self.op(name)
+            return o.fit if o and o.fit and o.fit.busbw_fit_bytes_per_s else None
+
+        ar, ag, rs = fitted("all_reduce"), fitted("all_gather"), fitted("reduce_scatter")
+        if ar is None or ag is None:
+            raise ValueError("comm_params needs fitted all-reduce and all-gather bandwidths")
+        if rs is not None:
+            fsdp_bw = 3 / (2 / ag.busbw_fit_bytes_per_s + 1 / rs.busbw_fit_bytes_per_s)
+            fsdp_alpha = (2 * ag.alpha_s + rs.alpha_s) / 3
+        else:
+            fsdp_bw, fsdp_alpha = ag.busbw_fit_bytes_per_s, ag.alpha_s
+        src = source or f"collectives: {self.backend} on {self.world_size} {self.device} ranks"
+        return CommParams(tp_busbw_bytes_per_s=ar.busbw_fit_bytes_per_s, tp_alpha_s=ar.alpha_s,
+                          fsdp_busbw_bytes_per_s=fsdp_bw, fsdp_alpha_s=fsdp_alpha, source=src)
+
+
+# ---------------------------------------------------------------- derived figures (pure)
+
+
+def point_from_samples(size_bytes: int, samples_s: list[float], n: int, op: Op,
+                       correct: bool = True) -> CollectivePoint:
+    t = statistics.median(samples_s)
+    algbw = size_bytes / t if t > 0 else None
+    return CollectivePoint(size_bytes=size_bytes, count=size_bytes // ELEMENT_BYTES,
+                           status="ok" if correct else "incorrect", time_s=t, algbw_bytes_per_s=algbw,
+                           busbw_bytes_per_s=None if algbw is None else algbw * bus_factor(op, n),
+                           samples_s=list(samples_s))
+
+
+def fit_line(sizes_bytes: list[int], times_s: list[float], factor: float) -> Optional[CollectiveFit]:
+    """The latency + bandwidth line of the module docstring; None with fewer than 3 sizes."""
+    pts = sorted(zip(sizes_bytes, times_s))
+    k = len(pts)
+    if k < 3 or factor <= 0:
+        return None
+    large = pts[k - max(2, math.ceil(k / 2)):]
+    small = pts[:max(1, k // 4)]
+    xs, ys = [p[0] for p in large], [p[1] for p in large]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx > 0 else 0.0
+    slope = max(slope, 0.0)
+    alpha = min(t - s * slope for s, t in small)
+    busbw = factor / slope if slope > 0 else None
+    err = max(abs(alpha + s * slope - t) / t for s, t in pts) if all(t > 0 for _, t in pts) else None
+    return CollectiveFit(alpha_s=alpha, busbw_fit_bytes_per_s=busbw, slope_sizes_bytes=[s for s, _ in large],
+                         alpha_sizes_bytes=[s for s, _ in small], max_rel_error=err)
+
+
+def fit_op(op: CollectiveOp) -> Optional[CollectiveFit]:
+    ok = [p for p in op.points if p.status == "ok" and p.time_s is not None]
+    return fit_line([p.size_bytes for p in ok], [p.time_s for p in ok], op.bus_factor)
+
+
+def table_lines(bench: CollectiveBench) -> list[str]:
+    """The figures as text rows (nccl-tests' columns), one block per op, then the fits."""
+    lines = [f"{bench.backend} on {bench.world_size} x {bench.device} ({bench.device_name or 'unknown'}), "
+             f"{bench.dtype}, {bench.warmup} warm-up + {bench.iters} timed iterations per size, "
+             f"{bench.threads_per_rank} thread(s) per rank",
+             f"{'op':15} {'size':>10} {'time us':>11} {'algbw GB/s':>11} {'busbw GB/s':>11}  status"]
+    for o in bench.ops:
+        if o.status == "unsupported" or not o.points:
+            lines.append(f"{o.op:15} {'':>10} {'':>11} {'':>11} {'':>11}  {o.status}: {o.error or ''}")
+            continue
+        for p in o.points:
+            if p.time_s is None:
+                lines.append(f"{o.op:15} {_size(p.size_bytes):>10} {'':>11} {'':>11} {'':>11}  {p.status}: {p.error}")
+                continue
+            algbw, busbw = (p.algbw_bytes_per_s or 0) / 1e9, (p.busbw_bytes_per_s or 0) / 1e9
+            lines.append(f"{o.op:15} {_size(p.size_bytes):>10} {p.time_s * 1e6:11.1f} {algbw:11.3f} {busbw:11.3f}"
+                         f"  {p.status}")
+    lines.append("fit t(S) = alpha + S * bus_factor / busbw_fit "
+                 "(slope: larger half of the sizes; alpha: smallest quarter)")
+    for o in bench.ops:
+        f = o.fit
+        if f is None:
+            lines.append(f"{o.op:15} no fit ({o.status})")
+            continue
+        bw = f"{f.busbw_fit_bytes_per_s / 1e9:.3f} GB/s" if f.busbw_fit_bytes_per_s else "not identified"
+        err = f", max error {f.max_rel_error:.0%}" if f.max_rel_error is not None else ""
+        lines.append(f"{o.op:15} alpha {f.alpha_s * 1e6:.1f} us, busbw_fit {bw} (bus factor {o.bus_factor:.3f}){err}")
+    return lines
+
+
+def _size(b: int) -> str:
+    for unit, div in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if b >= div and b % div == 0:
+            return f"{b // div} {unit}"
+    return f"{b} B"
+
+
+# ---------------------------------------------------------------- the caller's side
+
+
+class CollectiveRunError(RuntimeError):
+    """The launcher or a rank failed or ran out of time; every process of the run is gone."""
+
+
+def measure_collectives(nproc: int = 2, device: str = "cpu", sizes: Optional[list[int]] = None, *,
+                        ops: tuple[Op, ...] | list[Op] = OPS, iters: int = 20, warmup: int = 5,
+                        timeout_s: float = 600.0, record_topology: bool = True) -> CollectiveBench:
+    """Run the benchmark on ``nproc`` ranks of ``device`` ("cpu", or "cuda": one GPU per rank)
+    under ``torch.distributed.run`` and return rank 0's result.
+
+    Raises UserError for bad arguments and CollectiveRunError when the run fails or exceeds
+    ``timeout_s``; no process of the run survives either way, nor a KeyboardInterrupt.
+    """
+    device = _check_args(nproc, device, sizes, ops, iters, warmup, timeout_s)
+    sizes = [_round_size(s, nproc) for s in (sizes or default_sizes(device))]
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="throughputlab-collectives-") as tmp:
+        out, log_path = Path(tmp) / "result.json", Path(tmp) / "launcher.log"
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
+               "--max-restarts", "0", "--monitor-interval", "0.1", "-m", "throughputlab.hardware.collectives",
+               "--out", str(out), "--device", device, "--sizes", ",".join(map(str, sizes)), "--ops", ",".join(ops),
+               "--iters", str(iters), "--warmup", str(warmup), "--timeout-s", str(timeout_s)]
+        rc = _run_group(cmd, _child_env(device), log_path, timeout_s, nproc)
+        text = _read(log_path)
+        if rc != 0 or not out.is_file():
+            raise CollectiveRunError(f"the collectives run failed (launcher exit code {rc}): {_failure(text)}")
+        bench = CollectiveBench.model_validate_json(out.read_text())
+    bench.started_at, bench.wall_s = started, time.monotonic() - t0
+    if bench.device == "cpu":
+        from throughputlab.hardware.probe import cpu_info
+
+        bench.device_name = cpu_info().model
+    if record_topology:
+        from throughputlab.hardware.topology import topology
+
+        bench.topology = topology()
+    return bench
+
+
+def _check_args(nproc, device, sizes, ops, iters, warmup, timeout_s) -> str:
+    if not isinstance(nproc, int) or nproc < 2:
+        raise UserError(f"--nproc must be an integer of at least 2 (collectives need two ranks), got {nproc!r}")
+    if device.startswith("cuda"):
+        device = "cuda"
+    if device not in ("cpu", "cuda"):
+        raise UserError(f"--device must be cpu or cuda, got {device!r}")
+    if device == "cuda":
+        import torch
+
+        have = torch.cuda.device_count()
+        if have < nproc:
+            raise UserError(f"--nproc {nproc} needs {nproc} GPUs (one per rank); torch sees {have}")
+    if sizes is not None and (not sizes or any(not isinstance(s, int) or s < ELEMENT_BYTES * nproc for s in sizes)):
+        raise UserError(f"--sizes must be byte counts of at least {ELEMENT_BYTES * nproc} "
+                        f"(one float32 per rank), got {sizes!r}")
+    bad = [o for o in ops if o not in OPS]
+    if bad or not ops:
+        raise UserError(f"--ops must be among {', '.join(OPS)}, got {', '.join(map(str, ops)) or 'none'}")
+    if iters < 1 or warmup < 0:
+        raise UserError(f"--iters must be at least 1 and --warmup at least 0, got {iters} and {warmup}")
+    if not timeout_s > 0:
+        raise UserError(f"--timeout must be positive seconds, got {timeout_s!r}")
+    return device
+
+
+def _round_size(size: int, n: int) -> int:
+    """Down to whole float32 elements, the same number on every rank."""
+    step = ELEMENT_BYTES * n
+    return size // step * step
+
+
+def _child_env(device: str) -> dict[str, str]:
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    if device == "cpu":
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _run_group(cmd: list[str], env: dict[str, str], log_path: Path, timeout_s: float, nproc: int) -> int:
+    """Run ``cmd`` in its own session; on any exit from here, leave none of its processes alive."""
+    import psutil
+
+    tracked: dict[int, psutil.Process] = {}
+    with open(log_path, "w") as logf:
+        log.info("collectives: %s", " ".join(cmd))
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+        try:
+            deadline = time.monotonic() + timeout_s
+            while proc.poll() is None:
+                _track(proc.pid, tracked)
+                if time.monotonic() > deadline:
+                    raise CollectiveRunError(
+                        f"the collectives run ({nproc} ranks) did not finish within {timeout_s:g} s (timeout_s); "
+                        f"the launcher and its ranks were killed. Last output: {_failure(_read(log_path))}")
+                time.sleep(0.05)
+            return proc.returncode
+        finally:
+            _stop(proc, tracked)
+
+
+def _track(root: int, tracked: dict) -> None:
+    """Remember every descendant seen: once the launcher dies, its orphans are no longer its children."""
+    import psutil
+
+    try:
+        for p in psutil.Process(root).children(recursive=True):
+            tracked.setdefault(p.pid, p)
+    except psutil.Error:
+        pass
+
+
+def _stop(proc: subprocess.Popen, tracked: dict) -> None:
+    import psutil
+
+    try:
+        if proc.poll() is None:
+            _track(proc.pid, tracked)
+            _signal_group(proc.pid, signal.SIGTERM)  # the launcher passes it on to its ranks
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+    except KeyboardInterrupt:  # a second Ctrl-C: straight to SIGKILL
+        pass
+    finally:
+        if proc.poll() is None:  # not reaped yet, so its pid (its group's id) cannot have been reused
+            _signal_group(proc.pid, signal.SIGKILL)
+        for p in list(tracked.values()):  # children born since the last look
+            try:
+                for c in p.children(recursive=True):
+                    tracked.setdefault(c.pid, c)
+            except psutil.Error:
+                pass
+        for p in list(tracked.values()):
+            try:
+                if p.is_running():
+                    if os.getpgid(p.pid) == p.pid:  # a worker leads its own group (start_new_session)
+                        _signal_group(p.pid, signal.SIGKILL)
+                    p.kill()
+            except (psutil.Error, OSError):
+                pass
+        proc.wait()
+        psutil.wait_procs(list(tracked.values()), timeout=5)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _failure(text: str) -> str:
+    """The launcher's account of a failure, first failure first ("rank 1: exit code -9 (SIGKILL)"),
+    with the rank's error where it recorded one; else the log's last lines."""
+    root = text.find("Root Cause")
+    sections = [text[root:], text[:root]] if root >= 0 else [text]
+    found = []
+    for section in sections:
+        for m in re.finditer(r"rank\s*:\s*(\d+)[^\n]*\n\s*exitcode\s*:\s*(-?\d+)[^\n]*?(\(SIG\w+\))?\s*\n"
+                             r"(?:.*\n)*?\s*traceback\s*:\s*([\s\S]*?)(?=\n-{5,}|\n={5,}|\n\[\d+\]:|\Z)", section):
+            rank, code, sig, tb = m.groups()
+            last = [ln.strip() for ln in tb.splitlines() if ln.strip()]
+            plain = not last or last[-1].startswith("Signal ") or "To enable traceback" in last[-1]
+            why = "" if plain else f": {last[-1]}"
+            found.append(f"rank {rank} exit code {code}{' ' + sig if sig else ''}{why}")
+    if found:
+        return "; ".join(dict.fromkeys(found))[:1500]
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and "Warning" not in ln]
+    return " | ".join(lines[-4:])[:1500] or "no output"
+
+
+# ---------------------------------------------------------------- the rank's side
+
+
+def _rank_main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(
+        description="One rank of the collectives benchmark (start it with torch.distributed.run).")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--sizes", default="")
+    ap.add_argument("--ops", default=",".join(OPS))
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--timeout-s", type=float, default=600.0)
+    args = ap.parse_args(argv)
+    if any(o not in OPS for o in args.ops.split(",")):
+        ap.error(f"--ops must be among {', '.join(OPS)}, got {args.ops}")
+    if "RANK" not in os.environ:
+        raise SystemExit("start this module with python -m torch.distributed.run --nproc-per-node N -m "
+                         "throughputlab.hardware.collectives --out FILE")
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    cuda = args.device == "cuda"
+    if cuda:
+        torch.cuda.set_device(local)
+        dev, backend, name = torch.device("cuda", local), "nccl", torch.cuda.get_device_name(local)
+    else:
+        torch.set_num_threads(1)
+        dev, backend, name = torch.device("cpu"), "gloo", None  # the caller names the CPU
+    dist.init_process_group(backend, timeout=timedelta(seconds=args.timeout_s))
+    try:
+        n = dist.get_world_size()
+        sizes = [int(s) for s in args.sizes.split(",") if s] or default_sizes(args.device)
+        results = [_measure_op(op, sizes, n, rank, dev, args.iters, args.warmup) for op in args.ops.split(",")]
+        if rank == 0:
+            bench = CollectiveBench(backend=backend, device=args.device, device_name=name, world_size=n,
+                                    warmup=args.warmup, iters=args.iters, threads_per_rank=torch.get_num_threads(),
+                                    torch_version=torch.__version__, ops=results)
+            tmp = args.out + ".tmp"
+            Path(tmp).write_text(bench.model_dump_json(indent=1))
+            os.replace(tmp, args.out)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+def _unsupported(e: BaseException) -> bool:
+    msg = str(e).lower()
+    return isinstance(e, NotImplementedError) or any(
+        k in msg for k in ("not support", "unsupported", "not implemented"))
+
+
+def _measure_op(op: Op, sizes: list[int], n: int, rank: int, dev, iters: int, warmup: int) -> CollectiveOp:
+    factor = bus_factor(op, n)
+    points: list[CollectivePoint] = []
+    for i, size in enumerate(sizes):
+        try:
+            points.append(_measure_point(op, size, n, rank, dev, iters, warmup))
+        except (RuntimeError, NotImplementedError, ValueError) as e:
+            msg = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:500]
+            if i == 0 and _unsupported(e):
+                return CollectiveOp(op=op, status="unsupported", bus_factor=factor, error=msg)
+            # a failed collective may leave the group unusable: larger sizes of this op are not tried
+            points.append(CollectivePoint(size_bytes=size, count=size // ELEMENT_BYTES, status="error", error=msg))
+            result = CollectiveOp(op=op, status="error", bus_factor=factor, error=msg, points=points)
+            result.fit = fit_op(result)
+            return result
+    result = CollectiveOp(op=op, status="ok", bus_factor=factor, points=points)
+    result.fit = fit_op(result)
+    return result
+
+
+def _collective(op: Op, n: int, dev, size: int):
+    """The buffers and a call running the op once; the values are set by ``fill`` and checked by ``check``."""
+    import torch
+    import torch.distributed as dist
+
+    count = size // ELEMENT_BYTES
+    chunk = count // n
+    if op == "all_reduce":
+        buf = torch.empty(count, dtype=torch.float32, device=dev)
+
+        def run():
+            dist.all_reduce(buf)
+
+        def fill(rank):
+            buf.fill_(rank + 1)
+
+        def check():
+            return bool((buf == n * (n + 1) / 2).all())
+
+        def zero():
+            buf.zero_()
+    elif op == "all_gather":
+        inp = torch.empty(chunk, dtype=torch.float32, device=dev)
+        out = torch.empty(chunk * n, dtype=torch.float32, device=dev)
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+        def run():
+            gather(out, inp)
+
+        def fill(rank):
+            inp.fill_(rank + 1)
+            out.fill_(-1)
+
+        def check():  # chunk i came from rank i
+            want = torch.arange(1, n + 1, dtype=torch.float32, device=dev)[:, None]
+            return bool((out.view(n, chunk) == want).all())
+
+        def zero():
+            inp.zero_()
+    else:
+        inp = torch.empty(chunk * n, dtype=torch.float32, device=dev)
+        out = torch.empty(chunk, dtype=torch.float32, device=dev)
+        scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+        me = {}
+
+        def run():
+            scatter(out, inp)
+
+        def fill(rank):  # rank r's chunk j holds (r+1)(j+1): rank j receives (j+1) n(n+1)/2
+            me["rank"] = rank
+            inp.view(n, chunk).copy_((rank + 1) * torch.arange(1, n + 1, dtype=torch.float32, device=dev)[:, None])
+            out.fill_(-1)
+
+        def check():
+            return bool((out == (me["rank"] + 1) * n * (n + 1) / 2).all())
+
+        def zero():
+            inp.zero_()
+    return run, fill, check, zero
+
+
+def _measure_point(op: Op, size: int, n: int, rank: int, dev, iters: int, warmup: int) -> CollectivePoint:
+    import torch
+    import torch.distributed as dist
+
+    cuda = dev.type == "cuda"
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize(dev)
+
+    def barrier():
+        if cuda:
+            dist.barrier(device_ids=[dev.index])
+        else:
+            dist.barrier()
+        sync()
+
+    run, fill, check, zero = _collective(op, n, dev, size)
+    fill(rank)
+    sync()
+    run()
+    sync()
+    correct = check()
+    zero()  # zeros from here on: repeated sums neither overflow nor turn denormal
+    for _ in range(warmup):
+        run()
+    times = []
+    for _ in range(iters):
+        barrier()
+        t = time.perf_counter()
+        run()
+        sync()
+        times.append(time.perf_counter() - t)
+    # slowest rank per iteration; a wrong result on any rank marks the point
+    agg = torch.tensor(times + [0.0 if correct else 1.0], dtype=torch.float64, device=dev)
+    dist.all_reduce(agg, op=dist.ReduceOp.MAX)
+    vals = agg.tolist()
+    return point_from_samples(size, vals[:-1], n, op, correct=vals[-1] == 0.0)
+
+
+if __name__ == "__main__":
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    sys.exit(record(_rank_main)())
