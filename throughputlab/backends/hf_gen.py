@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from typing import Optional
 
 import torch
@@ -36,6 +37,10 @@ PROBE_WIDTH = 64
 _WIDTH_KEYS = ("hidden_size", "intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size",
                "ffn_dim")
 HF_ENGINE_ARGS = ("attn_implementation", "overhead_probe")
+# transformers 5.24 renamed the forward's `past_key_values` to `cache` and warns (FutureWarning)
+# at every call that uses the old name, which is the only one earlier versions take and which
+# works until 5.40: the bench output is the progress bar and the results, not this notice.
+_CACHE_RENAME_WARNING = r"`past_key_values` is deprecated .* Use `cache` instead"
 
 
 def probe_overrides(config: dict) -> dict[str, int]:
@@ -134,26 +139,28 @@ class HFGenerationBackend(InProcessTorchBackend):
         cache = self._new_cache(model, concurrency, prompt_len + output_len)
         steps: list[float] = []
 
-        model.config._attn_implementation = self.prefill_attn  # read at every forward, by every layer
-        sync(self.device)
-        t_start = time.perf_counter()
-        out = model(input_ids=ids, past_key_values=cache, use_cache=True,
-                    cache_position=torch.arange(prompt_len, device=self.device), logits_to_keep=1)
-        nxt = out.logits[:, -1].argmax(-1, keepdim=True)
-        sync(self.device)
-        t_prefill = time.perf_counter() - t_start
-        produced = [nxt]
-        pos = torch.tensor([prompt_len], device=self.device)
-        model.config._attn_implementation = self.decode_attn
-        for _ in range(output_len - 1):  # the prefill already produced the first token
-            t = time.perf_counter()
-            out = model(input_ids=nxt, past_key_values=cache, use_cache=True, cache_position=pos, logits_to_keep=1)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_CACHE_RENAME_WARNING, category=FutureWarning)
+            model.config._attn_implementation = self.prefill_attn  # read at every forward, by every layer
+            sync(self.device)
+            t_start = time.perf_counter()
+            out = model(input_ids=ids, past_key_values=cache, use_cache=True,
+                        cache_position=torch.arange(prompt_len, device=self.device), logits_to_keep=1)
             nxt = out.logits[:, -1].argmax(-1, keepdim=True)
-            pos += 1
-            produced.append(nxt)
-            sync(self.device)  # .argmax result is needed next step anyway; sync makes the step time exact
-            steps.append(time.perf_counter() - t)
-        total = time.perf_counter() - t_start
+            sync(self.device)
+            t_prefill = time.perf_counter() - t_start
+            produced = [nxt]
+            pos = torch.tensor([prompt_len], device=self.device)
+            model.config._attn_implementation = self.decode_attn
+            for _ in range(output_len - 1):  # the prefill already produced the first token
+                t = time.perf_counter()
+                out = model(input_ids=nxt, past_key_values=cache, use_cache=True, cache_position=pos, logits_to_keep=1)
+                nxt = out.logits[:, -1].argmax(-1, keepdim=True)
+                pos += 1
+                produced.append(nxt)
+                sync(self.device)  # .argmax result is needed next step anyway; sync makes the step time exact
+                steps.append(time.perf_counter() - t)
+            total = time.perf_counter() - t_start
         del cache, out
         return total, t_prefill, steps, torch.cat(produced, dim=1)
 
