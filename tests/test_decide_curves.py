@@ -9,7 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from throughputlab.decide.curves import CurveColumns, CurvesSpec, ema, first_crossing, load_curves, parse_nstar
+from throughputlab.decide.curves import (
+    CurveColumns, CurvesSpec, default_smoothing_samples, ema_samples, first_crossing, load_curves, parse_nstar,
+)
 from throughputlab.errors import UserError
 
 from _decide_curves import write_curves
@@ -24,10 +26,36 @@ def test_first_crossing_is_interpolated_between_logged_points():
     assert first_crossing(x, y, 0.05, "max") == 0.0
 
 
-def test_ema_is_debiased():
-    y = np.full(5, 3.0)
-    assert np.allclose(ema(y, 0.9), 3.0)
-    assert np.allclose(ema(y, 0.0), y)
+def test_sample_axis_smoothing_lags_a_trend_by_the_same_samples_at_any_logging_interval():
+    y_const = np.full(5, 3.0)
+    assert np.allclose(ema_samples(np.arange(5.0), y_const, 10.0), 3.0)  # starts at the first point, no bias
+    assert np.allclose(ema_samples(np.arange(5.0), y_const * np.arange(5), 0.0), y_const * np.arange(5))
+    tau, m = 500.0, 1e-3
+    for step in (64.0, 1024.0):  # a linear trend, logged every 64 or every 1,024 samples
+        x = np.arange(0.0, 40000.0, step)
+        s = ema_samples(x, m * x, tau)
+        late = x > 10 * tau
+        assert np.allclose(s[late], m * (x[late] - tau), rtol=0, atol=1e-3 * m * tau)
+    assert default_smoothing_samples(0.6, 64) == pytest.approx(96.0)
+
+
+def test_identical_curves_on_the_sample_axis_cross_together_whatever_the_batch(tmp_path):
+    """The same learning curve on the sample axis, logged once per step at 64 and at 1,024
+    samples per step: smoothing over logged steps put the large batch's crossing 4-5% later."""
+    rows = []
+    n0 = 1.5e4  # per-step smoothing crossed 4.5% later at 1,024 than at 64 (7% at 1e4, 3.4% at 2e4)
+    for batch in (64, 1024):
+        for step in range(1, int(20 * n0 / batch)):
+            samples = step * batch
+            rows.append({"run": f"b{batch}", "batch_size": batch, "lr": 1e-6, "samples": samples,
+                         "metric": 1 - math.exp(-samples / n0)})
+    path = tmp_path / "same.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    res = load_curves(CurvesSpec(path=str(path)), 0.9, "max")
+    small, large = res.configs
+    assert res.smoothing_samples == pytest.approx(0.6 / 0.4 * 64)
+    assert large.nstar_samples / small.nstar_samples == pytest.approx(1.0, abs=0.002)
+    assert large.invariant is True
 
 
 def test_seeds_aggregate_to_median_and_range(tmp_path):

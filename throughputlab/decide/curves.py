@@ -2,7 +2,9 @@
 
 Curves: one CSV row per logged step (as experiment trackers export them) with a run, its
 batch size, learning rate, cumulative samples (or the step), and the metric. Each run is
-smoothed (debiased exponential moving average), its first crossing of the target is
+smoothed on the sample axis (an exponential moving average whose time constant is a number of
+samples, the same for every run: an average over logged steps lags by more samples when a step
+holds more samples, which would count against larger batches), its first crossing of the target is
 interpolated between the two logged points around it, and runs with the same batch size
 and learning rate are seeds of one configuration: median and range over seeds. Curves
 are compared at equal cumulative samples to say whether they are batch-size invariant.
@@ -43,7 +45,8 @@ class CurvesSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     path: str
     columns: CurveColumns = CurveColumns()
-    smoothing: float = 0.6  # EMA weight on the past, 0 = none (as in TensorBoard)
+    smoothing: float = 0.6  # EMA weight on the past per logged step of the smallest batch, 0 = none (as in TensorBoard)
+    smoothing_samples: Optional[float] = None  # the time constant in samples; default: from `smoothing` at the smallest batch
     invariance_tol: float = 0.05  # curves within this share of the metric's range count as invariant
 
 
@@ -94,21 +97,39 @@ class CurvesResult(BaseModel):
     configs: list[ConfigResult]
     runs: list[RunCurve]
     baseline_index: Optional[int] = None
+    smoothing_samples: float = 0.0  # the time constant of the sample-axis smoothing every run got
 
     def for_batch(self, batch: float) -> list[ConfigResult]:
         return [c for c in self.configs if math.isclose(c.batch, batch, rel_tol=1e-9)]
 
 
-def ema(y: np.ndarray, weight: float) -> np.ndarray:
-    """Debiased exponential moving average (TensorBoard's smoothing): the first point is not pulled to 0."""
-    if weight <= 0 or len(y) == 0:
-        return y.astype(float)
+def ema_samples(x: np.ndarray, y: np.ndarray, tau: float) -> np.ndarray:
+    """Exponential smoothing on the sample axis: ds/dx = (y(x) - s)/tau over the curve drawn
+    linearly between its logged points, solved exactly on each segment, starting at the first
+    point. A trend of slope m then lags by m*tau whatever the logging interval, so runs logged
+    every 64 or every 1,024 samples are smoothed alike."""
+    y = np.asarray(y, dtype=float)
+    if tau <= 0 or len(y) < 2:
+        return y.copy()
     out = np.empty(len(y))
-    acc = 0.0
-    for i, v in enumerate(y):
-        acc = weight * acc + (1 - weight) * v
-        out[i] = acc / (1 - weight ** (i + 1))
+    out[0] = y[0]
+    for i in range(1, len(y)):
+        dx = float(x[i] - x[i - 1])
+        if dx <= 0:
+            out[i] = out[i - 1]
+            continue
+        m = (y[i] - y[i - 1]) / dx
+        decay = math.exp(-dx / tau)
+        out[i] = y[i] - m * tau + (out[i - 1] - y[i - 1] + m * tau) * decay
     return out
+
+
+def default_smoothing_samples(weight: float, smallest_batch: float) -> float:
+    """The sample-axis time constant of a per-step EMA of ``weight`` at the smallest batch size:
+    weight/(1 - weight) steps of that batch."""
+    if weight <= 0:
+        return 0.0
+    return weight / (1.0 - weight) * smallest_batch
 
 
 def first_crossing(x: np.ndarray, y: np.ndarray, target: float, direction: Direction) -> Optional[float]:
@@ -168,6 +189,12 @@ def load_curves(spec: CurvesSpec, target: float, direction: Direction,
     if df[cols.batch].isna().any() or (df[cols.batch] <= 0).any():
         raise UserError(f"{name}: column {cols.batch} must hold positive batch sizes on every row")
 
+    if not 0 <= spec.smoothing < 1:
+        raise UserError(f"samples.curves.smoothing must be in [0, 1), got {spec.smoothing}")
+    tau = spec.smoothing_samples if spec.smoothing_samples is not None else default_smoothing_samples(
+        spec.smoothing, float(df[cols.batch].min()))
+    if tau < 0:
+        raise UserError(f"samples.curves.smoothing_samples must be zero or more, got {tau}")
     runs: list[RunCurve] = []
     for run, g in df.groupby(cols.run, sort=False):
         batches = g[cols.batch].unique()
@@ -179,7 +206,7 @@ def load_curves(spec: CurvesSpec, target: float, direction: Direction,
         order = np.argsort(x, kind="stable")
         x, y = x[order], g[cols.metric].to_numpy(float)[order]
         lr = float(g[lr_col].iloc[0]) if lr_col and not g[lr_col].isna().all() else None
-        sm = ema(y, spec.smoothing)
+        sm = ema_samples(x, y, tau)
         runs.append(RunCurve(run=str(run), batch=b, lr=lr, samples=x.tolist(), metric=y.tolist(),
                              smoothed=sm.tolist(), crossing_samples=first_crossing(x, sm, target, direction),
                              best_metric=float(sm.max() if direction == "max" else sm.min())))
@@ -208,7 +235,8 @@ def load_curves(spec: CurvesSpec, target: float, direction: Direction,
             nstar_low=min(finite) if finite else None,
             nstar_high=max(cross) if finite and all(math.isfinite(c) for c in cross) else None,
             best_metric=float(statistics.median(best))))
-    result = CurvesResult(source=str(spec.path), target=target, direction=direction, configs=configs, runs=runs)
+    result = CurvesResult(source=str(spec.path), target=target, direction=direction, configs=configs, runs=runs,
+                          smoothing_samples=tau)
     _invariance(result, spec.invariance_tol, baseline_batch)
     return result
 
