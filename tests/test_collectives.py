@@ -77,7 +77,33 @@ class TreeWatch:
         raise AssertionError(f"{n} ranks never appeared")
 
     def survivors(self) -> list[psutil.Process]:
-        return [p for p in self.seen.values() if _alive(p)]
+        return [p for p in list(self.seen.values()) if _alive(p)]
+
+    def kill_survivors(self) -> None:
+        """After the checks: a failed test must not leave its run behind to load the machine."""
+        for p in self.survivors():
+            try:
+                if os.getpgid(p.pid) == p.pid:
+                    os.killpg(p.pid, signal.SIGKILL)
+                p.kill()
+            except (psutil.Error, OSError):
+                pass
+
+
+@pytest.fixture
+def watch_tree():
+    """``watch_tree(pid)`` starts a TreeWatch; at teardown each is stopped and what it saw is killed."""
+    watches = []
+
+    def start(root: int) -> TreeWatch:
+        w = TreeWatch(root).__enter__()
+        watches.append(w)
+        return w
+
+    yield start
+    for w in watches:
+        w.__exit__(None, None, None)
+        w.kill_survivors()
 
 
 def _alive(p: psutil.Process) -> bool:
@@ -138,10 +164,10 @@ def test_bad_arguments_name_the_option():
 # ---------------------------------------------------------------- real runs
 
 
-def test_two_gloo_ranks_measure_three_ops():
+def test_two_gloo_ranks_measure_three_ops(watch_tree):
     sizes = [4096, 65536, 262144]
-    with TreeWatch(os.getpid()) as watch:
-        bench = measure_collectives(2, "cpu", sizes, iters=5, warmup=1, timeout_s=120)
+    watch = watch_tree(os.getpid())
+    bench = measure_collectives(2, "cpu", sizes, iters=5, warmup=1, timeout_s=120)
     # the launcher exits 0 only when every rank did
     assert bench.backend == "gloo" and bench.world_size == 2 and bench.threads_per_rank == 1
     assert [o.op for o in bench.ops] == ["all_reduce", "all_gather", "reduce_scatter"]
@@ -164,18 +190,17 @@ def test_two_gloo_ranks_measure_three_ops():
     assert not watch.survivors(), watch.survivors()
 
 
-def test_timeout_kills_the_launcher_and_ranks():
+def test_timeout_kills_the_launcher_and_ranks(watch_tree):
     t0 = time.monotonic()
-    with TreeWatch(os.getpid()) as watch:
-        with pytest.raises(CollectiveRunError, match=r"did not finish within 10 s"):
-            measure_collectives(2, "cpu", [64 * 2**20], iters=10_000, warmup=0, timeout_s=10,
-                                record_topology=False)
+    watch = watch_tree(os.getpid())
+    with pytest.raises(CollectiveRunError, match=r"did not finish within 10 s"):
+        measure_collectives(2, "cpu", [64 * 2**20], iters=10_000, warmup=0, timeout_s=10, record_topology=False)
     assert time.monotonic() - t0 < 25
     assert len(watch.ranks()) == 2
     assert not watch.survivors(), watch.survivors()
 
 
-def test_killed_rank_gives_a_clear_error_and_leaves_nothing():
+def test_killed_rank_gives_a_clear_error_and_leaves_nothing(watch_tree):
     killed = {}
 
     def kill_rank_1():
@@ -185,33 +210,62 @@ def test_killed_rank_gives_a_clear_error_and_leaves_nothing():
         killed["pid"] = r1.pid
         r1.kill()
 
-    with TreeWatch(os.getpid()) as watch:
-        killer = threading.Thread(target=kill_rank_1, daemon=True)
-        killer.start()
-        with pytest.raises(CollectiveRunError) as err:
-            measure_collectives(2, "cpu", [64 * 2**20], iters=10_000, warmup=0, timeout_s=60,
-                                record_topology=False)
-        killer.join()
+    watch = watch_tree(os.getpid())
+    killer = threading.Thread(target=kill_rank_1, daemon=True)
+    killer.start()
+    with pytest.raises(CollectiveRunError) as err:
+        measure_collectives(2, "cpu", [64 * 2**20], iters=10_000, warmup=0, timeout_s=60, record_topology=False)
+    killer.join()
     assert killed, "rank 1 was never killed"
     assert "rank 1 exit code -9 (SIGKILL)" in str(err.value)
     assert not watch.survivors(), watch.survivors()
 
 
-def test_ctrl_c_leaves_nothing():
-    code = ("from throughputlab.hardware.collectives import measure_collectives\n"
-            "measure_collectives(2, 'cpu', [64 * 2**20], iters=10_000, warmup=0, timeout_s=120)\n")
-    caller = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, start_new_session=True)
-    try:
-        with TreeWatch(caller.pid) as watch:
-            _wait_ranks_busy(watch.wait_for_ranks(2))
-            caller.send_signal(signal.SIGINT)
-            _, err = caller.communicate(timeout=30)
-    finally:
-        if caller.poll() is None:
+_CALLER = ("from throughputlab.hardware.collectives import measure_collectives\n"
+           "measure_collectives(2, 'cpu', [64 * 2**20], iters=10_000, warmup=0, timeout_s=120)\n")
+
+
+def _start_caller() -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", _CALLER], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+
+
+def _end_caller(caller: subprocess.Popen) -> None:
+    if caller.poll() is None:  # a Ctrl-C first, so that the caller cleans up as it should
+        caller.send_signal(signal.SIGINT)
+        try:
+            caller.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
             os.killpg(caller.pid, signal.SIGKILL)
-            caller.wait()
+            caller.communicate()
+
+
+def test_ctrl_c_leaves_nothing(watch_tree):
+    caller = _start_caller()
+    try:
+        watch = watch_tree(caller.pid)
+        _wait_ranks_busy(watch.wait_for_ranks(2))
+        caller.send_signal(signal.SIGINT)
+        _, err = caller.communicate(timeout=30)
+    finally:
+        _end_caller(caller)
     assert "KeyboardInterrupt" in err
+    assert not watch.survivors(), watch.survivors()
+
+
+def test_killed_caller_leaves_nothing(watch_tree):
+    caller = _start_caller()
+    try:
+        watch = watch_tree(caller.pid)
+        _wait_ranks_busy(watch.wait_for_ranks(2))
+        caller.kill()  # SIGKILL: no cleanup in the caller; the ranks notice and end the run
+        caller.communicate(timeout=30)
+        deadline = time.monotonic() + 15
+        while watch.survivors() and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        _end_caller(caller)
+    assert len(watch.ranks()) == 2
     assert not watch.survivors(), watch.survivors()
 
 

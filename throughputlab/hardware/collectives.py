@@ -33,7 +33,9 @@ recorded as ``unsupported``, not replaced by another op.
 ``measure_collectives`` is the entry point: it starts ``python -m torch.distributed.run`` as a
 child in its own session, waits with a deadline, reads rank 0's JSON from a temporary file,
 and kills every process of the run (the launcher's group and each worker's own group: the
-launcher starts its workers in new sessions) on success, failure, timeout or Ctrl-C. On CPU
+launcher starts its workers in new sessions) on success, failure, timeout or Ctrl-C. Should
+the caller itself be killed (SIGKILL), each rank notices within a second and exits, and the
+launcher with it. On CPU
 each rank runs one OpenMP thread: two ranks with two threads each on two cores slow each
 other 5-10x. On CPU the figures check mechanics and correctness, not NCCL's speed.
 
@@ -271,7 +273,8 @@ def measure_collectives(nproc: int = 2, device: str = "cpu", sizes: Optional[lis
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
                "--max-restarts", "0", "--monitor-interval", "0.1", "-m", "throughputlab.hardware.collectives",
                "--out", str(out), "--device", device, "--sizes", ",".join(map(str, sizes)), "--ops", ",".join(ops),
-               "--iters", str(iters), "--warmup", str(warmup), "--timeout-s", str(timeout_s)]
+               "--iters", str(iters), "--warmup", str(warmup), "--timeout-s", str(timeout_s),
+               "--caller-pid", str(os.getpid())]
         rc = _run_group(cmd, _child_env(device), log_path, timeout_s, nproc)
         text = _read(log_path)
         if rc != 0 or not out.is_file():
@@ -446,12 +449,15 @@ def _rank_main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--timeout-s", type=float, default=600.0)
+    ap.add_argument("--caller-pid", type=int, default=None, help="exit when this process is gone")
     args = ap.parse_args(argv)
     if any(o not in OPS for o in args.ops.split(",")):
         ap.error(f"--ops must be among {', '.join(OPS)}, got {args.ops}")
     if "RANK" not in os.environ:
         raise SystemExit("start this module with python -m torch.distributed.run --nproc-per-node N -m "
                          "throughputlab.hardware.collectives --out FILE")
+    if args.caller_pid:
+        _exit_with_caller(args.caller_pid)
     from datetime import timedelta
 
     import torch
@@ -481,6 +487,33 @@ def _rank_main(argv: Optional[list[str]] = None) -> int:
     finally:
         dist.destroy_process_group()
     return 0
+
+
+def _exit_with_caller(pid: int, every_s: float = 0.5) -> None:
+    """A caller killed with SIGKILL cannot clean up: each rank then ends itself, the launcher
+    sees its ranks fail and exits, and nothing of the run outlives the caller by more than a
+    second. (A thread, as a rank spends its time inside blocking collectives.)"""
+    import threading
+
+    import psutil
+
+    try:
+        caller = psutil.Process(pid)  # its start time guards against a reused pid
+    except psutil.Error:
+        os._exit(3)
+
+    def watch():
+        while True:
+            time.sleep(every_s)
+            try:
+                gone = not caller.is_running() or caller.status() == psutil.STATUS_ZOMBIE
+            except psutil.Error:
+                gone = True
+            if gone:
+                log.error("the process that started this run (pid %d) is gone: exiting", pid)
+                os._exit(3)
+
+    threading.Thread(target=watch, name="caller-watch", daemon=True).start()
 
 
 def _unsupported(e: BaseException) -> bool:
