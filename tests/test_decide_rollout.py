@@ -204,3 +204,46 @@ def test_lengths_file_forms(tmp_path):
         read_lengths_file(tmp_path / "bad.txt")
     with pytest.raises(UserError, match="cannot read"):
         read_lengths_file(tmp_path / "missing.txt")
+
+
+# ---------------------------------------------------------------- GRPO groups sharing their prompt
+
+
+def test_a_group_prefills_its_prompt_once():
+    m = model(prefill=True)
+    p, g = 200, 4
+    shared = simulate_rollout(m, [20] * 8, p, group=g)
+    apart = simulate_rollout(m, [20] * 8, p)
+    # one prefill step either way (all 8 admitted together); shared: 2 prompts of 200 tokens and one
+    # token of each cached prompt for the other 6 requests; apart: 8 prompts
+    first_shared = m.prefill_tokens_s(2 * p + 6, 2 * p * p + 6)
+    first_apart = m.prefill_tokens_s(8 * p, 8 * p * p)
+    assert apart.wall_s - shared.wall_s == pytest.approx(first_apart - first_shared, rel=1e-9)
+
+
+def test_shared_prompts_hold_their_kv_once_so_more_requests_fit():
+    m = model(prefill=True)
+    p, n, g = 512, 32, 8
+    lengths = np.full(n, 64)
+    caps = EngineCaps(kv_cache_tokens=12 * (p + 64), block_size=16)  # 12 requests' worth when counted apart
+    apart = simulate_rollout(m, lengths, p, caps)
+    shared = simulate_rollout(m, lengths, p, caps, group=g)
+    assert apart.kv_limited and apart.peak_concurrency <= 13  # prompts fit 13, their growth preempts
+    assert shared.peak_concurrency > 2 * apart.peak_concurrency
+    assert shared.wall_s < apart.wall_s
+    # the event loop and the slot schedule agree when the cache is not the limit
+    roomy = EngineCaps(kv_cache_tokens=10**7, block_size=16)
+    a = simulate_rollout(m, lengths, p, roomy, group=g)
+    b = simulate_rollout(m, lengths, p, roomy, group=g, force_event_loop=True)
+    assert a.wall_s == pytest.approx(b.wall_s, rel=1e-9) and a.prefill_s == pytest.approx(b.prefill_s, rel=1e-9)
+
+
+def test_a_preempted_request_of_a_running_group_recomputes_only_its_own_tokens():
+    m = model(prefill=True)
+    p = 256
+    lengths = np.array([300, 300, 300, 300])
+    caps = EngineCaps(kv_cache_tokens=3 * 16 * 24, block_size=16)  # the growing contexts outgrow the cache
+    shared = simulate_rollout(m, lengths, p, caps, group=4, force_event_loop=True)
+    apart = simulate_rollout(m, lengths, p, caps, force_event_loop=True)
+    assert shared.preemptions >= 1 and apart.preemptions >= 1
+    assert shared.recompute_s < apart.recompute_s

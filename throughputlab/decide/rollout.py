@@ -110,8 +110,13 @@ class _Steps(BaseModel):
 # ---------------------------------------------------------------- schedulers
 
 
-def _schedule_slots(lengths: np.ndarray, prompt_len: int, slots: int) -> tuple[_Steps, np.ndarray, np.ndarray]:
-    """List scheduling on ``slots`` slots in FCFS order; returns the steps and each request's start and end step."""
+def _schedule_slots(lengths: np.ndarray, prompt_len: int, slots: int,
+                    group: int = 1) -> tuple[_Steps, np.ndarray, np.ndarray]:
+    """List scheduling on ``slots`` slots in FCFS order; returns the steps and each request's start and end step.
+
+    ``group`` > 1: requests come in groups of that many consecutive requests sharing one prompt
+    (GRPO's responses of a prompt; vLLM's prefix cache or ``n``): the prompt is prefilled once,
+    when the group's first request starts."""
     n = len(lengths)
     starts = np.zeros(n, dtype=np.int64)
     if slots < n:
@@ -137,9 +142,13 @@ def _schedule_slots(lengths: np.ndarray, prompt_len: int, slots: int) -> tuple[_
     dec = active - new
     # a request started at a_i decodes at step j with context p + j - a_i
     ctx = dec * (prompt_len + j) - (sum_start_active - new * j)
-    q1 = new * float(prompt_len)
-    steps = _Steps(dec=dec.astype(float), ctx=ctx, new=new.astype(float), q1=q1, q2=q1 * prompt_len,
-                   rq1=np.zeros(total))
+    # a group's later requests find the prompt cached and compute one token of it (vLLM recomputes
+    # the last token of a fully cached prompt)
+    prefilled = new if group <= 1 else np.bincount(starts[::group], minlength=total + 1)[:total]
+    cached = (new - prefilled).astype(float)
+    q1 = prefilled * float(prompt_len) + cached
+    steps = _Steps(dec=dec.astype(float), ctx=ctx, new=new.astype(float), q1=q1,
+                   q2=prefilled * float(prompt_len) ** 2 + cached, rq1=np.zeros(total))
     return steps, starts, ends
 
 
@@ -147,11 +156,17 @@ def _blocks(tokens, block: int):
     return -(-tokens // block)
 
 
-def _schedule_kv(lengths: np.ndarray, prompt_len: int, caps: EngineCaps) -> _Steps:
+def _schedule_kv(lengths: np.ndarray, prompt_len: int, caps: EngineCaps, group: int = 1) -> _Steps:
     """Event loop with KV-cache accounting in blocks, preemption by recomputation (vLLM V1 policy:
     the most recently admitted running request is preempted and goes back to the front of the queue;
-    no admission in a step that preempted)."""
+    no admission in a step that preempted).
+
+    ``group`` > 1 (a shared prompt per group of consecutive requests): each request holds its
+    share of the prompt's blocks, prompt/group tokens, and a request whose group still runs
+    another member finds the prompt cached and prefills only what it had generated."""
     n = len(lengths)
+    shared = prompt_len - prompt_len // group if group > 1 else 0  # prompt tokens a request does not hold alone
+    group_running = np.zeros((n + group - 1) // group, dtype=np.int64)
     bs = caps.block_size
     total_blocks = caps.kv_cache_tokens // bs
     max_seqs = caps.max_num_seqs or n
@@ -172,11 +187,12 @@ def _schedule_kv(lengths: np.ndarray, prompt_len: int, caps: EngineCaps) -> _Ste
             raise RuntimeError("rollout simulation made no progress")
         # 1. decodes need one more token each; preempt from the end until they fit
         preempted = False
-        need = _blocks(run_ctx + 1, bs)
+        need = _blocks(run_ctx + 1 - shared, bs)
         used = int(need.sum())
         while len(run_id) and used > total_blocks:
             i, left = run_id[-1], run_left[-1]
             waiting.appendleft((int(i), int(lengths[i] - left)))
+            group_running[i // group] -= 1
             used -= int(need[-1])
             run_id, run_ctx, run_left, need = run_id[:-1], run_ctx[:-1], run_left[:-1], need[:-1]
             preemptions += 1
@@ -184,12 +200,12 @@ def _schedule_kv(lengths: np.ndarray, prompt_len: int, caps: EngineCaps) -> _Ste
         n_dec = len(run_id)
         ctx_sum = float(run_ctx.sum()) + n_dec
         # 2. admissions (prefill), not in a step that preempted
-        new_ids, new_q = [], []
+        new_ids, new_q, new_pre = [], [], []
         if not preempted:
             while waiting and n_dec + len(new_ids) < max_seqs:
                 i, g = waiting[0]
                 q = prompt_len + g
-                blocks = -(-q // bs)
+                blocks = -(-(q - shared) // bs)
                 if used + blocks > total_blocks:
                     kv_limited = True
                     break
@@ -197,12 +213,15 @@ def _schedule_kv(lengths: np.ndarray, prompt_len: int, caps: EngineCaps) -> _Ste
                 used += blocks
                 new_ids.append(i)
                 new_q.append(q)
+                cached = group > 1 and group_running[i // group] > 0
+                new_pre.append(max(g, 1) if cached else q)  # a cached prompt is not computed again
+                group_running[i // group] += 1
         if n_dec == 0 and not new_ids:
             raise UserError(f"one request needs {prompt_len + int(lengths.max())} KV-cache tokens but the cache holds "
                             f"{caps.kv_cache_tokens}: raise kv_cache_tokens or lower max_tokens")
-        q1 = float(sum(new_q))
-        records.append((n_dec, ctx_sum, 1, 0.0, len(new_ids), q1, float(sum(x * x for x in new_q)),
-                        float(sum(x for x in new_q if x > prompt_len))))
+        q1 = float(sum(new_pre))
+        records.append((n_dec, ctx_sum, 1, 0.0, len(new_ids), q1, float(sum(x * x for x in new_pre)),
+                        float(sum(pre for pre, q in zip(new_pre, new_q) if q > prompt_len))))
         # 3. advance one step, then append the admitted requests
         run_ctx = run_ctx + 1
         run_left = run_left - 1
@@ -214,15 +233,16 @@ def _schedule_kv(lengths: np.ndarray, prompt_len: int, caps: EngineCaps) -> _Ste
             run_left = np.concatenate([run_left, lengths[ids] - (q - prompt_len) - 1])
         keep = run_left > 0
         if not keep.all():
+            np.subtract.at(group_running, run_id[~keep] // group, 1)
             run_id, run_ctx, run_left = run_id[keep], run_ctx[keep], run_left[keep]
         if not len(run_id):
             continue
         # 4. jump: until the next finish nothing can be admitted (the cache only fills up and no slot
         #    frees), so run whole steps at constant concurrency while the growing contexts still fit
-        if waiting and len(run_id) < max_seqs and not _admission_blocked(run_ctx, waiting[0][1], prompt_len,
-                                                                         bs, total_blocks):
+        if waiting and len(run_id) < max_seqs and not _admission_blocked(run_ctx - shared, waiting[0][1],
+                                                                         prompt_len - shared, bs, total_blocks):
             continue
-        k = _steps_that_fit(run_ctx, int(run_left.min()), bs, total_blocks)
+        k = _steps_that_fit(run_ctx - shared, int(run_left.min()), bs, total_blocks)
         if k <= 0:
             continue
         d = len(run_id)
@@ -230,6 +250,7 @@ def _schedule_kv(lengths: np.ndarray, prompt_len: int, caps: EngineCaps) -> _Ste
         run_ctx = run_ctx + k
         run_left = run_left - k
         keep = run_left > 0
+        np.subtract.at(group_running, run_id[~keep] // group, 1)
         run_id, run_ctx, run_left = run_id[keep], run_ctx[keep], run_left[keep]
     rec = np.asarray(records, dtype=float)
     ks = rec[:, 2].astype(np.int64)
@@ -286,9 +307,10 @@ def step_costs(model: ThroughputModel, st: _Steps) -> tuple[np.ndarray, np.ndarr
 
 def simulate_rollout(model: ThroughputModel, lengths: Sequence[int] | np.ndarray, prompt_len: int,
                      caps: Optional[EngineCaps] = None, *, timeline_points: int = TIMELINE_POINTS,
-                     force_event_loop: bool = False) -> RolloutResult:
+                     force_event_loop: bool = False, group: int = 1) -> RolloutResult:
     """Predict the rollout of one request per entry of ``lengths`` (response tokens), all with
-    ``prompt_len`` prompt tokens, under ``caps`` (default: none)."""
+    ``prompt_len`` prompt tokens, under ``caps`` (default: none). ``group`` > 1: consecutive
+    requests in groups of that size share their prompt's prefill and KV (GRPO with prefix caching)."""
     caps = caps or EngineCaps()
     lengths = np.asarray(lengths, dtype=np.int64)
     n = len(lengths)
@@ -303,23 +325,27 @@ def simulate_rollout(model: ThroughputModel, lengths: Sequence[int] | np.ndarray
     if caps.kv_cache_tokens is not None and caps.kv_cache_tokens < caps.block_size:
         raise UserError(f"the KV-cache cap must hold at least one block ({caps.block_size} tokens), "
                         f"got {caps.kv_cache_tokens}")
+    if group < 1:
+        raise UserError(f"the group size must be a positive integer, got {group}")
     slots = min(n, caps.max_num_seqs or n)
     steps: Optional[_Steps] = None
     if not force_event_loop or caps.kv_cache_tokens is None:
-        steps, starts, ends = _schedule_slots(lengths, prompt_len, slots)
-        if caps.kv_cache_tokens is not None and _kv_overflows(steps, starts, ends, prompt_len, caps):
+        steps, starts, ends = _schedule_slots(lengths, prompt_len, slots, group)
+        if caps.kv_cache_tokens is not None and _kv_overflows(steps, starts, ends, prompt_len, caps, group):
             steps = None
     if steps is None:
-        steps = _schedule_kv(lengths, prompt_len, caps.model_copy(update={"max_num_seqs": slots}))
+        steps = _schedule_kv(lengths, prompt_len, caps.model_copy(update={"max_num_seqs": slots}), group)
     t, decode_only = step_costs(model, steps)
     return _summarise(model, steps, t, decode_only, lengths, prompt_len, caps, timeline_points)
 
 
-def _kv_overflows(st: _Steps, starts: np.ndarray, ends: np.ndarray, prompt_len: int, caps: EngineCaps) -> bool:
+def _kv_overflows(st: _Steps, starts: np.ndarray, ends: np.ndarray, prompt_len: int, caps: EngineCaps,
+                  group: int = 1) -> bool:
     """Whether the slot schedule ever needs more KV blocks than the cache holds (block rounding
-    bounded above by one partial block per request)."""
-    tokens_after = st.ctx + st.q1  # KV held during each step (decode contexts include the new token)
+    bounded above by one partial block per request; a shared prompt held once per group)."""
+    shared = prompt_len - prompt_len // group if group > 1 else 0
     active = st.dec + st.new
+    tokens_after = st.ctx + st.new * prompt_len - active * shared  # KV held during each step
     bound = tokens_after + active * (caps.block_size - 1)
     if np.all(bound <= caps.kv_cache_tokens):
         return False
@@ -329,7 +355,7 @@ def _kv_overflows(st: _Steps, starts: np.ndarray, ends: np.ndarray, prompt_len: 
     over = np.flatnonzero(bound > caps.kv_cache_tokens)
     for j in over[:64]:  # beyond a few steps, the exact event loop is cheaper than checking them all
         live = (starts <= j) & (ends > j)
-        held = prompt_len + (j - starts[live])  # includes the token processed in this step
+        held = prompt_len - shared + (j - starts[live])  # includes the token processed in this step
         if int(_blocks(held, bs).sum()) > total_blocks:
             return True
     return len(over) > 64
