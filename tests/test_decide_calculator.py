@@ -125,7 +125,9 @@ def fake_profile(monkeypatch, tmp_path):
     import throughputlab.profile
 
     monkeypatch.setattr(throughputlab.profile.Profile, "load",
-                        classmethod(lambda cls, p: types.SimpleNamespace(engine=None, bytes_per_param=4)))
+                        classmethod(lambda cls, p: types.SimpleNamespace(
+                            engine=None, bytes_per_param=4, model=resolve_model("demo").spec,
+                            hardware=types.SimpleNamespace(device_type="cpu"))))
     monkeypatch.setattr(throughputlab.fit, "load_model", lambda prof: model())
     return tmp_path / "prof.json"
 

@@ -65,7 +65,7 @@ def test_separate_devices_need_the_link_bandwidth():
 
 def test_ppo_adds_a_critic_scaled_by_its_size():
     m = model()
-    grpo = StepModel(m, shape(algo="grpo")).step(8, 4)
+    grpo = StepModel(m, shape(algo="grpo", prefix_sharing=False)).step(8, 4)  # PPO's responses share nothing
     ppo = StepModel(m, shape(algo="ppo")).step(8, 4)
     assert grpo.critic_s == 0 and ppo.critic_s > 0
     small = Costs.from_spec(resolve_model("tiny").spec, 4)
@@ -87,9 +87,10 @@ def test_fixed_mini_batch_size_gives_more_optimizer_steps_at_larger_batch():
     assert sm.step(64, 8).optimizer_steps == 8
 
 
-def test_engine_cap_from_the_model_and_overrides():
-    m = model().model_copy(update={"max_num_seqs": 16})
-    assert StepModel(m, shape()).caps.max_num_seqs == 16
+def test_engine_cap_comes_from_the_rl_configuration_never_from_the_bench():
+    m = model().model_copy(update={"max_num_seqs": 16})  # the largest concurrency a bench swept
+    assert StepModel(m, shape()).caps.max_num_seqs == 1024  # veRL's rollout default
     assert StepModel(m, shape(engine={"max_num_seqs": 4})).caps.max_num_seqs == 4
-    capped = StepModel(m, shape()).step(8, 8)
+    capped = StepModel(m, shape(engine={"max_num_seqs": 16})).step(8, 8)
     assert capped.rollout.peak_concurrency == 16
+    assert StepModel(m, shape()).step(8, 8).rollout.peak_concurrency == 64

@@ -302,6 +302,7 @@ def predict_analytic(spec: ModelSpec, gpu: str, *, dtype: str = "bfloat16", cali
     bpp = dtype_bytes(dtype)
     model.train.mem_per_sample_bytes = rf.activation_bytes_per_sequence(spec, seq_len, bpp,
                                                                         layout.activation_checkpointing)
+    model.train.seq_len = seq_len
     act = ("each block's input plus one block's activations per sequence (checkpointing)"
            if layout.activation_checkpointing else "34*S*h bytes per layer and sequence (Korthikanti et al. 2022, "
            "flash attention)")

@@ -43,6 +43,7 @@ class TrainParams(BaseModel):
     mem_per_sample_bytes: Optional[float] = None
     device_memory_bytes: Optional[float] = None
     smallest_oom_micro_batch: Optional[int] = None  # measured: the memory line is capped below it
+    seq_len: Optional[int] = None  # the sequence length of the memory line's per-sample slope
 
 
 class CommParams(BaseModel):

@@ -14,9 +14,12 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict
 
+from throughputlab.decide.cluster import ClusterSpec, Placement, placements
 from throughputlab.decide.curves import CurvesResult, CurvesSpec, Direction, NStarParam, load_curves, parse_nstar
 from throughputlab.decide.rollout import EngineCaps
-from throughputlab.decide.steptime import RLShape, StepModel, StepTime, critic_costs_for, overlap_note
+from throughputlab.decide.steptime import (
+    DEFAULT_MAX_NUM_SEQS, RLShape, StepModel, StepTime, critic_costs_for, overlap_note,
+)
 from throughputlab.errors import UserError
 from throughputlab.throughput import ThroughputModel
 
@@ -54,6 +57,7 @@ class DecideSpec(_Spec):
     sample_unit: SampleUnit = "responses"  # what a "sample" is in N*, samples/s and the curves' batch column
     samples: SamplesSpec = SamplesSpec(nstar="flat")
     lr: LRSpec = LRSpec()
+    cluster: Optional[ClusterSpec] = None  # None: the profile's devices, colocated
 
 
 class Row(BaseModel):
@@ -103,6 +107,7 @@ class Decision(BaseModel):
     recommendation: Optional[Recommendation]
     notes: list[str] = []
     overlap: Optional[str] = None
+    placement: Optional[str] = None
     nstar_source: str = ""
     lr_rule: str = "sqrt"
     curves: Optional[CurvesResult] = None
@@ -168,8 +173,10 @@ def rank(rows: list[Row], baseline_index: int = 0, notes: Optional[list[str]] = 
     return rows, rec, notes
 
 
-def decide_from_spec(spec: DecideSpec) -> Decision:
-    """Load the profile(s) named in the spec, fit them if needed, and decide."""
+def decide_from_spec(spec: DecideSpec) -> list[Decision]:
+    """Load the profile(s) named in the spec, fit them if needed, and decide for each placement of
+    the cluster (one, or every one that fits with ``placement: search``), best first."""
+    from throughputlab import roofline as rf
     from throughputlab.fit import load_model
     from throughputlab.profile import Profile
 
@@ -183,13 +190,49 @@ def decide_from_spec(spec: DecideSpec) -> Decision:
     if block is None and prof.engine is not None:
         block = prof.engine.engine_args.get("block_size")
     e = spec.shape.engine
-    caps = EngineCaps(max_num_seqs=e.max_num_seqs or model.max_num_seqs,
+    caps = EngineCaps(max_num_seqs=e.max_num_seqs or DEFAULT_MAX_NUM_SEQS,
                       kv_cache_tokens=e.kv_cache_tokens or model.kv_cache_tokens, block_size=int(block or 16))
-    return decide(spec, model, train_model=train_model, bytes_per_param=prof.bytes_per_param, caps=caps)
+    cluster = spec.cluster
+    legacy = cluster is None and (spec.train_profile is not None or spec.shape.overlap != "colocated")
+    if legacy:
+        return [decide(spec, model, train_model=train_model, bytes_per_param=prof.bytes_per_param, caps=caps)]
+    cluster = cluster or ClusterSpec()
+    if cluster.placement == "colocated" and spec.shape.overlap != "colocated":
+        raise UserError(f"--overlap {spec.shape.overlap} needs separate devices: use --placement split")
+    seq = spec.shape.prompt_len + spec.shape.response.resolve().longest()
+    act = rf.activation_bytes_per_sequence(prof.model, seq, prof.bytes_per_param,
+                                           spec.shape.train.activation_checkpointing)
+    decisions, left_out = [], []
+    for pl in placements(model, cluster):
+        try:
+            decisions.append(decide(spec, model, train_model=train_model, bytes_per_param=prof.bytes_per_param,
+                                    caps=caps, placement=pl, cluster=cluster, activation_per_sequence=act,
+                                    on_gpu=prof.hardware.device_type == "cuda"))
+        except UserError as err:
+            if cluster.placement != "search":
+                raise
+            left_out.append(f"placement {pl.label} left out: {err}")
+    if not decisions:
+        raise UserError(f"no placement on {cluster.gpus or model.train_devices} GPU(s) can train this model: "
+                        "not even one sequence fits per device; add GPUs (--gpus) or set "
+                        "train.activation_checkpointing")
+    decisions = sorted(decisions, key=best_time)
+    decisions[0].notes.extend(left_out)
+    return decisions
+
+
+def best_time(d: Decision) -> float:
+    """The best known time-to-target of a decision (relative when N* is flat without a value)."""
+    if d.recommendation is None:
+        return math.inf
+    best = next(r for r in d.rows if r.label == d.recommendation.label)
+    return best.nstar_samples / best.samples_per_s if best.nstar_samples else math.inf
 
 
 def decide(spec: DecideSpec, model: ThroughputModel, train_model: Optional[ThroughputModel] = None,
-           bytes_per_param: Optional[int] = None, caps: Optional[EngineCaps] = None) -> Decision:
+           bytes_per_param: Optional[int] = None, caps: Optional[EngineCaps] = None,
+           placement: Optional[Placement] = None, cluster: Optional[ClusterSpec] = None,
+           activation_per_sequence: Optional[float] = None, on_gpu: bool = False) -> Decision:
     """Build the rows from the throughput model and the spec, then :func:`rank` them."""
     if spec.group < 1:
         raise UserError(f"--group must be a positive integer, got {spec.group}")
@@ -229,9 +272,22 @@ def decide(spec: DecideSpec, model: ThroughputModel, train_model: Optional[Throu
         prompts = sorted({*prompts, baseline})
 
     critic = critic_costs_for(spec.shape, bytes_per_param) if bytes_per_param else None
-    steps = StepModel(model, spec.shape, train_model=train_model, critic_costs=critic, caps=caps)
-    notes = [overlap_note(spec.shape.overlap), f"response lengths: {steps.dist.describe()}",
-             f"engine limits: {steps.caps.describe()}"]
+    steps = StepModel(model, spec.shape, train_model=train_model, critic_costs=critic,
+                      caps=caps, placement=placement, cluster=cluster,
+                      activation_per_sequence=activation_per_sequence, on_gpu=on_gpu)
+    notes = [overlap_note("off-policy" if placement is not None and placement.kind == "split"
+                          and spec.shape.overlap != "separate" else spec.shape.overlap),
+             f"response lengths: {steps.dist.describe()}",
+             f"engine limits{' (each engine)' if placement is not None else ''}: {steps.caps.describe()}"]
+    if placement is not None:
+        notes.insert(0, f"placement: {placement.label}; each engine drains its share of the batch (whole prompts), "
+                        "the step waits for the slowest")
+        notes.append(f"weight sync {steps.sync_s:.3g} s per step (gather from FSDP, load into the engines"
+                     + (", engines' sleep and wake" if placement.kind == "colocated" and on_gpu else "") + ")")
+    if steps.group_share:
+        notes.append(f"GRPO: the {spec.group} responses of a prompt share its prefill and KV cache (prefix caching)")
+    if spec.shape.train.activation_checkpointing:
+        notes.append("activation checkpointing: the forward is recomputed in the backward")
 
     lr_ref, lr_ref_batch = spec.lr.ref, (spec.lr.ref_prompts or baseline) * unit_mult
     if lr_ref is None and curves is not None:
@@ -280,6 +336,6 @@ def decide(spec: DecideSpec, model: ThroughputModel, train_model: Optional[Throu
         elif any(c.invariant for c in curves.configs if c.gap_to_baseline):
             notes.append("the curves overlap at equal samples: batch-size invariant within tolerance")
     return Decision(rows=rows, baseline=rows[base_index].label, sample_unit=spec.sample_unit, recommendation=rec,
-                    notes=notes, overlap=spec.shape.overlap,
+                    notes=notes, overlap=spec.shape.overlap, placement=placement.label if placement else None,
                     nstar_source=f"learning curves {curves.source}, target {curves.target:g} ({curves.direction})"
                     if curves else param.describe(), lr_rule=spec.lr.rule, curves=curves)

@@ -105,6 +105,10 @@ def build_spec(spec_file: Optional[Path], **flags: Any):
         _set(data, f"samples.curves.columns.{key}", name)
     _set(data, "lr.ref", f.get("lr_ref"))
     _set(data, "lr.rule", f.get("lr_rule"))
+    for key in ("gpus", "nodes", "placement", "gen_gpus", "engine_tp", "gpu_memory_utilization"):
+        _set(data, f"cluster.{key}", f.get(key))
+    if f.get("activation_checkpointing"):
+        _set(data, "shape.train.activation_checkpointing", True)
     try:
         return DecideSpec.model_validate(data)
     except ValidationError as e:
@@ -136,6 +140,19 @@ def build_spec(spec_file: Optional[Path], **flags: Any):
 @click.option("--overlap", type=click.Choice(["colocated", "separate", "off-policy"]), default=None,
               help="Phases in sequence on shared or separate devices, or one-step off-policy overlap.")
 @click.option("--seed", type=int, default=None, help="Seed for the response lengths drawn per batch.")
+@click.option("--gpus", type=int, default=None, help="Devices in the cluster. [default: the profile's]")
+@click.option("--nodes", type=int, default=None, help="Machines the devices are spread over. [default: 1]")
+@click.option("--placement", type=click.Choice(["colocated", "split", "search"]), default=None,
+              help="colocated: every device generates, then every device trains (veRL's hybrid engine); split: "
+                   "--gen-gpus generate while the rest train, one step off-policy; search: every placement and "
+                   "engine size that fits, ranked by time-to-target. [default: colocated]")
+@click.option("--gen-gpus", type=int, default=None, help="Split placement: devices that generate.")
+@click.option("--engine-tp", type=int, default=None, help="Devices per generation engine. [default: the profile's]")
+@click.option("--gpu-memory-utilization", type=float, default=None,
+              help="The engines' share of device memory (KV cache = share - weights). [default: 0.5 colocated, "
+                   "0.9 split]")
+@click.option("--activation-checkpointing", is_flag=True, default=None,
+              help="Training recomputes each block's forward (veRL's default): 4x instead of 3x forward FLOPs.")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write the decision as JSON.")
 @click.option("--html", "html_out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write an HTML report.")
 def decide(spec_file: Optional[Path], json_out: Optional[Path], html_out: Optional[Path], **flags) -> None:
@@ -150,16 +167,30 @@ def decide(spec_file: Optional[Path], json_out: Optional[Path], html_out: Option
     from throughputlab.decide.calculator import decide_from_spec
     from throughputlab.decide.report import decision_section, decision_text
 
+    from throughputlab.decide.report import placements_section, placements_text
+
     spec = build_spec(spec_file, **flags)
-    decision = decide_from_spec(spec)
-    click.echo(decision_text(decision))
+    decisions = decide_from_spec(spec)
+    if len(decisions) > 1:
+        click.echo(placements_text(decisions))
+        click.echo("")
+        click.echo(f"best placement: {decisions[0].placement}")
+    click.echo(decision_text(decisions[0]))
     if json_out:
-        _write(json_out, decision.model_dump_json(indent=1), "--json")
+        import json
+
+        data = decisions[0].model_dump(mode="json")
+        if len(decisions) > 1:
+            data = {**data, "placements": [d.model_dump(mode="json") for d in decisions]}
+        _write(json_out, json.dumps(data, indent=1), "--json")
         click.echo(f"wrote {json_out}")
     if html_out:
         from throughputlab.report.page import render_html
 
-        page = render_html("throughputlab decide", [decision_section(decision)], subtitle=f"profile {spec.profile}")
+        sections = [decision_section(decisions[0])]
+        if len(decisions) > 1:
+            sections.insert(0, placements_section(decisions))
+        page = render_html("throughputlab decide", sections, subtitle=f"profile {spec.profile}")
         _write(html_out, page, "--html")
         click.echo(f"wrote {html_out}")
 

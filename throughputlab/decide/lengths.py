@@ -46,6 +46,18 @@ class LengthDist(BaseModel):
             x = np.minimum(x, self.max_tokens)
         return x
 
+    def longest(self) -> int:
+        """The longest response the form allows (observed: the longest seen; lognormal without a
+        cut: its 99.9th percentile), what training memory must hold."""
+        if self.max_tokens is not None:
+            return int(self.max_tokens)
+        if self.kind == "observed":
+            return int(max(self.values))
+        if self.kind == "lognormal":
+            mu = math.log(self.mean) - self.sigma ** 2 / 2
+            return int(math.ceil(math.exp(mu + 3.09 * self.sigma)))
+        return int(self.high)
+
     def describe(self) -> str:
         cut = f", cut at {self.max_tokens}" if self.max_tokens else ""
         if self.kind == "observed":

@@ -181,3 +181,70 @@ def decision_section(d: Decision, title: str = "Batch-size decision") -> Section
         figs.append(fig)
     df = pd.DataFrame(table_rows(d))
     return Section(title=title, notes=notes, figures=figs, tables=[("Per configuration", df)], anchor="decide")
+
+
+# ---------------------------------------------------------------- placements side by side
+
+
+def _best_row(d: Decision) -> Optional[Row]:
+    if d.recommendation is None:
+        return None
+    return next((r for r in d.rows if r.label == d.recommendation.label), None)
+
+
+def placements_text(decisions: list[Decision]) -> str:
+    """One line per placement, best first: the engines, the best batch, its time-to-target and
+    step, and each device group's idle share at that batch."""
+    base_t = None
+    lines = ["placements, best first (time-to-target at each placement's best batch):"]
+    for d in decisions:
+        r = _best_row(d)
+        if r is None or r.step is None:
+            lines.append(f"  {d.placement}: no known time-to-target")
+            continue
+        t = r.nstar_samples / r.samples_per_s if r.nstar_samples else None
+        base_t = base_t or t
+        rel = f" ({t / base_t:.2f}x the best)" if t and base_t else ""
+        idle = ", ".join(f"{k} idle {v:.0%}" for k, v in r.step.idle_share.items())
+        lines.append(f"  {d.placement}: best {r.label}, step {_hours(r.step_s)}, "
+                     f"{r.samples_per_s:.3g} samples/s{rel}" + (f"; {idle}" if idle else ""))
+    return "\n".join(lines)
+
+
+def placements_section(decisions: list[Decision]) -> Section:
+    """Time-to-target against batch size per placement, and each device group's busy and idle
+    time over a step at the placement's best batch."""
+    import pandas as pd
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    base = decisions[0]
+    ref = _best_row(base)
+    t_ref = ref.nstar_samples / ref.samples_per_s if ref is not None and ref.nstar_samples else None
+    for d in decisions:
+        rs = [r for r in d.rows if r.nstar_samples]
+        fig.add_trace(go.Scatter(x=[r.batch_samples for r in rs],
+                                 y=[(r.nstar_samples / r.samples_per_s) / t_ref if t_ref else None for r in rs],
+                                 mode="markers+lines", name=str(d.placement)))
+    fig.update_layout(title="Time to target against batch size, per placement (relative to the best)",
+                      xaxis_title=f"batch ({base.sample_unit} per step)", yaxis_title="time to target / best",
+                      xaxis_type="log", height=420)
+    bars = go.Figure()
+    rows = []
+    for d in decisions:
+        r = _best_row(d)
+        if r is None or r.step is None:
+            continue
+        for group, share in (r.step.idle_share or {"all devices": 0.0}).items():
+            label = f"{d.placement}: {group}"
+            bars.add_trace(go.Bar(y=[label], x=[r.step_s * (1 - share)], orientation="h", name="busy",
+                                  marker_color="#1f77b4", showlegend=not rows))
+            bars.add_trace(go.Bar(y=[label], x=[r.step_s * share], orientation="h", name="idle",
+                                  marker_color="#d3d3d3", showlegend=not rows))
+            rows.append({"placement": d.placement, "devices": group, "best batch": r.label, "step_s": r.step_s,
+                         "idle share": share, "engines": r.step.engines, "train devices": r.step.train_devices})
+    bars.update_layout(barmode="stack", title="Busy and idle time of each device group over a step (best batch)",
+                       xaxis_title="seconds per step", height=120 + 40 * max(len(rows), 1))
+    return Section(title="Placements", anchor="placements", figures=[fig, bars],
+                   notes=[placements_text(decisions).replace("\n", "; ")],
+                   tables=[("Placements at their best batch", pd.DataFrame(rows))])

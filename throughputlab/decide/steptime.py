@@ -17,6 +17,9 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from throughputlab import roofline as rf
+from throughputlab.decide.cluster import (
+    ClusterSpec, Placement, generation_model, idle_shares, split_over_engines, sync_s, training_model,
+)
 from throughputlab.decide.lengths import LengthDist, parse_length_dist, read_lengths_file
 from throughputlab.decide.rollout import EngineCaps, RolloutResult, simulate_rollout
 from throughputlab.errors import UserError
@@ -24,6 +27,7 @@ from throughputlab.roofline import Costs
 from throughputlab.throughput import ThroughputModel
 
 Overlap = Literal["colocated", "separate", "off-policy"]
+DEFAULT_MAX_NUM_SEQS = 1024  # veRL's rollout default; the bench's largest concurrency is no engine setting
 OVERLAPS = ("colocated", "separate", "off-policy")
 
 
@@ -55,6 +59,7 @@ class TrainShape(_Spec):
     logprob_micro_batch: Optional[int] = None  # None: the training micro-batch
     old_logprob: bool = True  # forward pass for the old policy's log-probs
     ref_logprob: bool = True  # forward pass of the reference model (KL term)
+    activation_checkpointing: bool = False  # recompute each block's forward in the backward (veRL: on)
 
 
 class CriticShape(_Spec):
@@ -70,7 +75,7 @@ class SyncShape(_Spec):
 class EngineShape(_Spec):
     """Overrides of the engine's limits recorded in the profile."""
 
-    max_num_seqs: Optional[int] = None
+    max_num_seqs: Optional[int] = None  # None: 1024, veRL's rollout default
     kv_cache_tokens: Optional[int] = None
     block_size: Optional[int] = None  # None: the profile's engine, else 16 (vLLM: 16 on GPU, 128 on CPU)
 
@@ -84,6 +89,7 @@ class RLShape(_Spec):
     critic: Optional[CriticShape] = None  # PPO: default the policy's own size
     sync: SyncShape = SyncShape()
     engine: EngineShape = EngineShape()
+    prefix_sharing: bool = True  # GRPO: a prompt's responses share its prefill and KV (vLLM prefix caching, n > 1)
     seed: int = 0
 
     @field_validator("prompt_len")
@@ -111,7 +117,14 @@ class StepTime(BaseModel):
     micro_batch: int
     optimizer_steps: int
     seq_len_mean: float
-    rollout: RolloutResult
+    rollout: RolloutResult  # the slowest engine's
+    placement: Optional[str] = None
+    engines: int = 1
+    engine_prompts: list[int] = []  # prompts each engine drained
+    gen_engine_mean_s: Optional[float] = None  # mean over engines (the step waits for the slowest)
+    train_devices: int = 1
+    idle_share: dict[str, float] = {}
+    prefix_sharing: bool = False
 
     @property
     def samples_per_s(self) -> float:
@@ -143,16 +156,33 @@ class StepModel:
     """Evaluates RL step times for one throughput model and one RL shape (many batch sizes)."""
 
     def __init__(self, model: ThroughputModel, shape: RLShape, train_model: Optional[ThroughputModel] = None,
-                 critic_costs: Optional[Costs] = None, caps: Optional[EngineCaps] = None):
-        self.model = model
+                 critic_costs: Optional[Costs] = None, caps: Optional[EngineCaps] = None,
+                 placement: Optional[Placement] = None, cluster: Optional[ClusterSpec] = None,
+                 activation_per_sequence: Optional[float] = None, on_gpu: bool = False):
+        """With a ``placement`` the batch is divided over its engines and training is FSDP over its
+        training devices (see decide/cluster.py); without one, one engine and one training device."""
         self.shape = shape
+        self.placement = placement
+        self.cluster = cluster or ClusterSpec()
+        self.on_gpu = on_gpu
+        self.dist = shape.response.resolve()
+        self.train_seq_len = shape.prompt_len + self.dist.longest()  # memory must hold the longest sequence
+        if placement is not None:
+            model.require("decode")
+            train_model = training_model(train_model or model, placement, shape.train.activation_checkpointing,
+                                         self.train_seq_len, activation_per_sequence)
+            model = generation_model(model, placement, self.cluster)
+        elif shape.train.activation_checkpointing:
+            train_model = (train_model or model).model_copy(update={"activation_checkpointing": True})
+        self.model = model
         self.train_model = train_model or model
         self.train_model.require("train")
-        self.dist = shape.response.resolve()
         e = shape.engine
-        self.caps = caps or EngineCaps(max_num_seqs=e.max_num_seqs or model.max_num_seqs,
+        self.caps = caps or EngineCaps(max_num_seqs=e.max_num_seqs or DEFAULT_MAX_NUM_SEQS,
                                        kv_cache_tokens=e.kv_cache_tokens or model.kv_cache_tokens,
                                        block_size=e.block_size or 16)
+        if placement is not None and e.kv_cache_tokens is None:
+            self.caps = self.caps.model_copy(update={"kv_cache_tokens": model.kv_cache_tokens})
         tr = shape.train
         for name, v in (("train.epochs", tr.epochs), ("train.mini_batches", tr.mini_batches)):
             if v < 1:
@@ -171,11 +201,17 @@ class StepModel:
                                                       "critic.micro_batch")
         self.sync_s = self._sync_s()
 
+    @property
+    def group_share(self) -> bool:
+        return self.shape.algo == "grpo" and self.shape.prefix_sharing
+
     def _sync_s(self) -> float:
         s = self.shape.sync
         bw = s.bytes_per_s
         if bw is not None and bw <= 0:
             raise UserError(f"sync.bytes_per_s must be positive, got {bw}")
+        if self.placement is not None:
+            return sync_s(self.train_model, self.placement, self.cluster, bw, s.latency_s, self.on_gpu)
         if bw is None:
             if self.shape.overlap != "colocated":
                 raise UserError(f"with --overlap {self.shape.overlap} the weights cross devices: set sync.bytes_per_s "
@@ -184,8 +220,10 @@ class StepModel:
             return rf.device_copy_s(rf.all_weight_bytes(self.model.costs), d.bw_bytes_per_s, s.latency_s)
         return rf.transfer_s(rf.all_weight_bytes(self.model.costs), bw, s.latency_s)
 
-    def _update_s(self, model: ThroughputModel, n: int, seq_len: float, mb: int, param_scale: float) -> tuple[float, int]:
-        """Epochs x mini-batches x micro-batches of gradient accumulation, optimizer step per mini-batch."""
+    def _update_s(self, model: ThroughputModel, n: int, seq_len: float, mb: int, param_scale: float,
+                  devices: int = 1) -> tuple[float, int]:
+        """Epochs x mini-batches x micro-batches of gradient accumulation, optimizer step per mini-batch;
+        each mini-batch divided over ``devices`` data-parallel ranks."""
         tr = self.shape.train
         if tr.mini_batch_samples:
             sizes = [tr.mini_batch_samples] * (n // tr.mini_batch_samples)
@@ -195,7 +233,7 @@ class StepModel:
             k = min(tr.mini_batches, n)
             sizes = [n // k + (1 if i < n % k else 0) for i in range(k)]
         opt = model.train.optimizer_step_s * param_scale
-        one_epoch = sum(_passes_s(m, mb, seq_len, model.train_step_s) + opt for m in sizes)
+        one_epoch = sum(_passes_s(-(-m // devices), mb, seq_len, model.train_step_s) + opt for m in sizes)
         return tr.epochs * one_epoch, tr.epochs * len(sizes)
 
     def step(self, prompts: int, group: int, lengths: Optional[np.ndarray] = None) -> StepTime:
@@ -205,27 +243,44 @@ class StepModel:
         if lengths is None:
             lengths = self.dist.sample(n, self.shape.seed)
         p = self.shape.prompt_len
-        roll = simulate_rollout(self.model, lengths, p, self.caps)
+        share = group if self.group_share else 1
+        pl = self.placement
+        counts = split_over_engines(prompts, pl.engines) if pl is not None else [prompts]
+        rolls, start = [], 0
+        for c in counts:  # each engine drains its own share; the step waits for the slowest
+            rolls.append(simulate_rollout(self.model, lengths[start * group:(start + c) * group], p, self.caps,
+                                          group=share))
+            start += c
+        roll = max(rolls, key=lambda r: r.wall_s)
+        gen_mean = float(np.mean([r.wall_s for r in rolls]))
         seq = p + float(np.mean(lengths))
         tm = self.train_model
         tr = self.shape.train
+        dev = pl.train_gpus if pl is not None else 1
+        per_dev = -(-n // dev)
         passes = int(tr.old_logprob) + int(tr.ref_logprob)
-        logprob = passes * _passes_s(n, self.logprob_micro_batch, seq, tm.forward_s)
-        train, opt_steps = self._update_s(tm, n, seq, self.micro_batch, 1.0)
+        logprob = passes * _passes_s(per_dev, self.logprob_micro_batch, seq, tm.forward_s)
+        train, opt_steps = self._update_s(tm, n, seq, self.micro_batch, 1.0, dev)
         critic = 0.0
         if self.critic_model is not None:
             cm = self.critic_model
             scale = rf.all_weight_bytes(cm.costs) / rf.all_weight_bytes(tm.costs)
-            critic = _passes_s(n, self.critic_micro_batch, seq, cm.forward_s)
-            critic += self._update_s(cm, n, seq, self.critic_micro_batch, scale)[0]
+            critic = _passes_s(per_dev, self.critic_micro_batch, seq, cm.forward_s)
+            critic += self._update_s(cm, n, seq, self.critic_micro_batch, scale, dev)[0]
         learn = logprob + train + critic
-        if self.shape.overlap == "off-policy":
+        overlapped = self.shape.overlap == "off-policy" or (pl is not None and pl.kind == "split"
+                                                            and self.shape.overlap != "separate")
+        if overlapped:
             total = max(roll.wall_s, learn) + self.sync_s
         else:
             total = roll.wall_s + learn + self.sync_s
-        return StepTime(prompts=prompts, group=group, responses=n, overlap=self.shape.overlap, gen_s=roll.wall_s,
+        idle = idle_shares(pl, roll.wall_s, gen_mean, learn, total) if pl is not None else {}
+        return StepTime(prompts=prompts, group=group, responses=n,
+                        overlap="off-policy" if overlapped else self.shape.overlap, gen_s=roll.wall_s,
                         logprob_s=logprob, train_s=train, critic_s=critic, sync_s=self.sync_s, step_s=total,
-                        micro_batch=self.micro_batch, optimizer_steps=opt_steps, seq_len_mean=seq, rollout=roll)
+                        micro_batch=self.micro_batch, optimizer_steps=opt_steps, seq_len_mean=seq, rollout=roll,
+                        placement=pl.label if pl is not None else None, engines=len(counts), engine_prompts=counts,
+                        gen_engine_mean_s=gen_mean, train_devices=dev, idle_share=idle, prefix_sharing=share > 1)
 
 
 def critic_costs_for(shape: RLShape, bytes_per_param: int) -> Optional[Costs]:

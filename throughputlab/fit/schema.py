@@ -211,6 +211,8 @@ def load_fit(profile: Profile) -> Optional[FitResult]:
     mem = fit.training.memory if fit.training else None
     if model.train is not None and mem is not None and model.train.smallest_oom_micro_batch is None:
         model.train = model.train.model_copy(update={"smallest_oom_micro_batch": mem.smallest_oom_micro_batch})
+    if model.train is not None and model.train.seq_len is None and fit.training is not None:
+        model.train = model.train.model_copy(update={"seq_len": fit.training.seq_len})
     return fit.model_copy(update={"model": model})
 
 

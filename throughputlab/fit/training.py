@@ -118,6 +118,7 @@ def fit_training(profile: Profile, points: list[TrainPoint], costs: Costs, peaks
         mem_per_sample_bytes=memory.mem_per_sample_bytes if memory else None,
         device_memory_bytes=memory.device_memory_bytes if memory else None,
         smallest_oom_micro_batch=memory.smallest_oom_micro_batch if memory else None,
+        seq_len=statistics.median_low(sorted(o.seq_len for o in obs)),
     )
     fit = TrainingFit(
         params=estimates(["t0_s", "phi_train_flops_per_s"], ["s", "FLOP/s"], sol, boot, {}),

@@ -1,0 +1,211 @@
+"""The cluster and its placements: which devices generate, which train, and the engines.
+
+``colocated`` (veRL's hybrid engine): every device generates, in ``gpus / tp`` engines, then every
+device trains with FSDP; the weights are resharded into the engines and the engines sleep and
+wake around training. ``split``: ``gen_gpus`` devices generate while the others train (one step
+off-policy by default). ``search``: every placement and engine size that fits.
+
+A placement turns the profile's throughput model into a generation model (engines of ``tp``
+devices, KV cache at the run's ``gpu_memory_utilization``) and a training model (FSDP over the
+training devices, activation checkpointing when set); every cost still comes from the roofline
+module through the model's methods.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict
+
+from throughputlab import roofline as rf
+from throughputlab.errors import UserError
+from throughputlab.throughput import ThroughputModel
+
+COLOCATED_GPU_MEMORY_UTILIZATION = 0.5  # veRL's rollout default: the trainer's state stays on the devices
+SPLIT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default on devices that only generate
+SLEEP_WAKE_S = 5.0  # colocated on GPUs: vLLM's sleep (weights offloaded) and wake-up around each update
+
+
+class ClusterSpec(BaseModel):
+    """The devices of the run and where each phase runs (flags or the spec's ``cluster``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    gpus: Optional[int] = None  # devices in all; default: the profile's layout (1 for a measured profile)
+    nodes: int = 1
+    placement: Literal["colocated", "split", "search"] = "colocated"
+    gen_gpus: Optional[int] = None  # split: the devices that generate; the others train
+    engine_tp: Optional[int] = None  # devices per generation engine; default: the profile's
+    gpu_memory_utilization: Optional[float] = None  # default 0.5 colocated, 0.9 split
+    sleep_wake_s: Optional[float] = None  # default 5 s colocated on GPUs, 0 otherwise
+
+
+class Placement(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["colocated", "split"]
+    gpus: int
+    gen_gpus: int
+    train_gpus: int
+    tp: int
+    nodes: int = 1
+
+    @property
+    def engines(self) -> int:
+        return self.gen_gpus // self.tp
+
+    @property
+    def label(self) -> str:
+        eng = f"{self.engines} engine{'s' if self.engines > 1 else ''} x TP {self.tp}"
+        if self.kind == "colocated":
+            return f"colocated on {self.gpus} GPU{'s' if self.gpus > 1 else ''}: {eng}, FSDP over {self.train_gpus}"
+        return f"split {self.gen_gpus}+{self.train_gpus}: {eng} generate, FSDP over {self.train_gpus} train"
+
+
+def _fits_weights(model: ThroughputModel, tp: int, util: float) -> bool:
+    mem = device_memory(model)
+    if mem is None or model.source == "fit":
+        return True  # a measured engine ran: its weights fit
+    return rf.all_weight_bytes(rf.tp_shard(model.costs, tp)) < util * mem
+
+
+def device_memory(model: ThroughputModel) -> Optional[float]:
+    return model.train.device_memory_bytes if model.train is not None else None
+
+
+def placements(model: ThroughputModel, spec: ClusterSpec) -> list[Placement]:
+    """The placements to evaluate: the one asked for, or every one that fits (``search``)."""
+    measured_tp = model.tp if model.source != "fit" else max(model.tp, 1)
+    gpus = spec.gpus if spec.gpus is not None else max(model.train_devices, measured_tp)
+    nodes = spec.nodes
+    for name, v in (("--gpus", gpus), ("--nodes", nodes)):
+        if v < 1:
+            raise UserError(f"{name} must be a positive integer, got {v}")
+    if gpus % nodes:
+        raise UserError(f"--nodes {nodes} does not divide --gpus {gpus}: give the same number of GPUs on every node")
+    per_node = gpus // nodes
+    util = spec.gpu_memory_utilization
+    if util is not None and not 0 < util <= 1:
+        raise UserError(f"--gpu-memory-utilization must be in (0, 1], got {util}")
+    if spec.engine_tp is not None:
+        if spec.engine_tp < 1:
+            raise UserError(f"--engine-tp must be a positive integer, got {spec.engine_tp}")
+        if spec.engine_tp > per_node:
+            raise UserError(f"--engine-tp {spec.engine_tp} is larger than the {per_node} GPU(s) of a node: "
+                            "an engine's tensor parallelism stays within a node")
+        tps = [spec.engine_tp]
+    elif spec.placement == "search" and model.source != "fit":
+        tps = [t for t in (1, 2, 4, 8, 16) if t <= per_node and per_node % t == 0]
+    else:
+        tps = [model.tp]
+    if model.source == "fit" and any(t != model.tp for t in tps):
+        raise UserError(f"--engine-tp {tps[0]}: the profile measured engines of {model.tp} device(s), whose fitted "
+                        "rates are the engine's; use a predicted profile to change the engine size")
+    kinds = ["colocated", "split"] if spec.placement == "search" else [spec.placement]
+    out: list[Placement] = []
+    for kind in kinds:
+        u = util or (COLOCATED_GPU_MEMORY_UTILIZATION if kind == "colocated" else SPLIT_GPU_MEMORY_UTILIZATION)
+        for tp in tps:
+            if gpus % tp:
+                if spec.placement != "search":
+                    raise UserError(f"--engine-tp {tp} does not divide --gpus {gpus}")
+                continue
+            if not _fits_weights(model, tp, u):
+                continue
+            if kind == "colocated":
+                out.append(Placement(kind=kind, gpus=gpus, gen_gpus=gpus, train_gpus=gpus, tp=tp, nodes=nodes))
+                continue
+            gens = [spec.gen_gpus] if spec.gen_gpus is not None else range(tp, gpus, tp)
+            for g in gens:
+                if g < 1 or g >= gpus:
+                    raise UserError(f"--gen-gpus {g}: a split needs at least one generating and one training GPU "
+                                    f"out of {gpus} (give --gpus 2 or more and --gen-gpus below it)")
+                if g % tp:
+                    if spec.placement != "search":
+                        raise UserError(f"--gen-gpus {g} is not a multiple of the engine size {tp}")
+                    continue
+                out.append(Placement(kind=kind, gpus=gpus, gen_gpus=g, train_gpus=gpus - g, tp=tp, nodes=nodes))
+    if not out:
+        if spec.placement == "split" and gpus < 2:
+            raise UserError("--placement split needs at least 2 GPUs (--gpus): one generates, one trains")
+        raise UserError(f"the model fits no {spec.placement} placement on {gpus} GPU(s): its weights alone exceed the "
+                        "engines' share of device memory; use more GPUs per engine (--engine-tp) or more GPUs")
+    return out
+
+
+def generation_model(model: ThroughputModel, pl: Placement, spec: ClusterSpec) -> ThroughputModel:
+    """One engine of the placement, its KV cache at the run's gpu_memory_utilization."""
+    update: dict = {}
+    mem = device_memory(model)
+    util = spec.gpu_memory_utilization or (COLOCATED_GPU_MEMORY_UTILIZATION if pl.kind == "colocated"
+                                           else SPLIT_GPU_MEMORY_UTILIZATION)
+    if model.source != "fit":
+        update["tp"] = pl.tp
+        if mem is not None:
+            update["kv_cache_tokens"] = rf.kv_cache_tokens(rf.tp_shard(model.costs, pl.tp), mem, util)
+    return model.model_copy(update=update)
+
+
+def training_model(model: ThroughputModel, pl: Placement, checkpointing: bool, seq_len: float,
+                   activation_per_sequence: Optional[float]) -> ThroughputModel:
+    """FSDP over the placement's training devices at sequences of ``seq_len`` tokens.
+
+    The memory line becomes one rank's: the training state (16 bytes per parameter) is sharded
+    over the ranks, and the per-sequence activations follow the sequence length (predicted from
+    the config when ``activation_per_sequence`` is given, else the measured slope scaled by the
+    length)."""
+    t = model.require("train")
+    n = pl.train_gpus
+    state = rf.training_state_bytes(model.costs)
+    if model.source == "fit":
+        mem0 = None if t.mem0_bytes is None else max(t.mem0_bytes - state * (1 - 1 / n), 0.0)
+        per = t.mem_per_sample_bytes
+        if per is not None and t.seq_len:
+            per = per * seq_len / t.seq_len
+    else:
+        mem0 = rf.fsdp_memory_per_rank_bytes(model.costs, n, 0, 0.0)
+        per = activation_per_sequence if activation_per_sequence is not None else t.mem_per_sample_bytes
+    train = t.model_copy(update={"mem0_bytes": mem0, "mem_per_sample_bytes": per,
+                                 "smallest_oom_micro_batch": t.smallest_oom_micro_batch if n == 1 else None})
+    return model.model_copy(update={"train": train, "train_devices": n, "nodes": pl.nodes,
+                                    "activation_checkpointing": checkpointing or model.activation_checkpointing})
+
+
+def sync_s(model: ThroughputModel, pl: Placement, spec: ClusterSpec, link_bytes_per_s: Optional[float],
+           latency_s: float, on_gpu: bool) -> float:
+    """Moving the trained weights into the engines: gather them from the FSDP shards, copy each
+    engine's TP shard into place (colocated) or send the weights over the link (split), plus the
+    engines' sleep and wake when colocated on GPUs."""
+    w = rf.all_weight_bytes(model.costs)
+    comm = model.comm
+    gather = 0.0
+    if pl.train_gpus > 1 and comm is not None:
+        gather = rf.allgather_s(w, pl.train_gpus, comm.fsdp_busbw_bytes_per_s, comm.fsdp_alpha_s)
+    d = model.require("decode")
+    if pl.kind == "colocated" and link_bytes_per_s is None:
+        move = rf.device_copy_s(w / max(pl.tp, 1), d.bw_bytes_per_s)
+    else:
+        rate = link_bytes_per_s or (comm.fsdp_busbw_bytes_per_s if comm is not None else None)
+        if rate is None:
+            raise UserError("the weights cross devices but the profile has no link bandwidth: set "
+                            "shape.sync.bytes_per_s (bytes/s) in the RL shape file")
+        move = rf.transfer_s(w, rate)
+    sleep = spec.sleep_wake_s if spec.sleep_wake_s is not None else (
+        SLEEP_WAKE_S if pl.kind == "colocated" and on_gpu else 0.0)
+    return float(latency_s + gather + move + sleep)
+
+
+def split_over_engines(prompts: int, engines: int) -> list[int]:
+    """Prompts per engine when the batch is divided over ``engines`` replicas (whole prompts, so a
+    group's responses stay on one engine, as veRL's dispatch keeps them)."""
+    base, extra = divmod(prompts, engines)
+    return [base + (1 if i < extra else 0) for i in range(engines) if base + (1 if i < extra else 0) > 0]
+
+
+def idle_shares(pl: Placement, gen_s: float, gen_mean_s: float, learn_s: float, step_s: float) -> dict[str, float]:
+    """Share of a step each device group waits: colocated engines for the slowest replica; a split's
+    generating and training groups for each other."""
+    if step_s <= 0:
+        return {}
+    if pl.kind == "colocated":
+        return {"all devices": max(gen_s - gen_mean_s, 0.0) / step_s}
+    return {"generation devices": max(1 - gen_s / step_s, 0.0), "training devices": max(1 - learn_s / step_s, 0.0)}
+
