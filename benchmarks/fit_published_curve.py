@@ -2,7 +2,8 @@
 
 The curve is a CSV under benchmarks/data/ whose '#' header lines give the source, the model,
 the GPU and the request lengths. The points become a Profile with one sample each (no step
-timings, so the fit targets end-to-end tokens/s) and go through throughputlab.fit.fit_profile.
+timings, so the fit targets end-to-end tokens/s), built as `throughputlab import` builds one
+(throughputlab.imports.common), and go through throughputlab.fit.fit_profile.
 Prints the per-point in-sample and leave-one-out errors, the fitted parameters against the
 datasheet and the knee.
 
@@ -17,9 +18,9 @@ import sys
 from pathlib import Path
 
 from throughputlab.fit import fit_profile, summary_lines
-from throughputlab.hardware.peaks import lookup
+from throughputlab.imports.common import Target, imported_profile, resolve_gpu
 from throughputlab.models.spec import spec_from_config
-from throughputlab.profile import Environment, GenPoint, GenSample, Hardware, Profile, SweepSettings
+from throughputlab.profile import GenPoint, GenSample, Profile
 
 # mistralai/Mistral-7B-Instruct-v0.3 config.json (Hugging Face), the fields the cost model reads
 MISTRAL_7B_V03 = {
@@ -44,21 +45,15 @@ def read_curve(path: Path) -> tuple[dict[str, str], list[tuple[int, float]]]:
 
 
 def curve_profile(meta: dict[str, str], rows: list[tuple[int, float]]) -> Profile:
+    """One point per row; its one sample is the c*o tokens of a batch at the published rate
+    (the curve gives a rate, not a run's totals)."""
     model_id = meta["model"].split()[0]
-    spec = spec_from_config(MODELS[model_id], model_id, "hub")
-    gpu = meta["gpu"]
-    ds = lookup(gpu)
+    target = Target(spec=spec_from_config(MODELS[model_id], model_id, "hub"), datasheet=resolve_gpu(meta["gpu"]))
     p_len, o_len = int(meta["prompt_len"]), int(meta["output_len"])
     points = [GenPoint(backend="vllm", concurrency=c, prompt_len=p_len, output_len=o_len, status="ok",
                        samples=[GenSample(total_s=c * o_len / tps, output_tokens=c * o_len)]) for c, tps in rows]
-    return Profile(
-        model=spec,
-        hardware=Hardware(device_type="cuda", device_name=gpu, datasheet=ds,
-                          memory_total_bytes=ds.memory_bytes if ds else None),
-        environment=Environment(python="", platform="", hostname="published"),
-        settings=SweepSettings(dtype="bfloat16", device="cuda", gen_backend="vllm", prompt_len=p_len, output_len=o_len),
-        generation=points, notes=[f"published curve: {meta.get('source', '')}"],
-    )
+    return imported_profile(target, points, backend="vllm", source="published",
+                            notes=[f"published curve: {meta.get('source', '')}"])
 
 
 def main(argv: list[str]) -> int:

@@ -21,6 +21,7 @@ COMMANDS = {
     "hardware": "throughputlab.commands.info:hardware",
     "models": "throughputlab.commands.info:models",
     "export": "throughputlab.commands.info:export",
+    "import": "throughputlab.commands.imports:import_group",
     "fit": "throughputlab.commands.analysis:fit",
     "predict": "throughputlab.commands.analysis:predict",
     "report": "throughputlab.commands.analysis:report",

@@ -1,0 +1,187 @@
+"""What every importer shares: the model and GPU the numbers are for, reading source files and
+their fields with one-line errors that name the file and the field, and the Profile that
+imported points go into.
+
+An imported profile has no probe, no micro-benchmarks and no environment of its own: the
+hardware is the datasheet row of ``--gpu``, the environment says where the numbers came from.
+Its ``kind`` is "measured" (the schema has no "imported" kind yet); ``notes`` name the source
+files and what the source did not measure.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from throughputlab.errors import UserError
+from throughputlab.models.spec import ModelSpec, dtype_bytes
+from throughputlab.profile import (
+    DatasheetPeak, EngineInfo, Environment, GenPoint, Hardware, Profile, SweepSettings,
+)
+
+# Said in every imported profile: the fit reads these points as static batches of c requests.
+POINT_MODEL_NOTE = ("each point is read as c requests of the mean prompt and output length, its tokens/s over the "
+                    "source run's whole duration (prefill included); there are no decode-step, prefill or "
+                    "overhead-probe timings, so `throughputlab fit` fits end-to-end tokens/s")
+
+
+@dataclass(frozen=True)
+class Target:
+    """The model and device the imported numbers were measured on (the source files rarely say)."""
+
+    spec: ModelSpec
+    datasheet: DatasheetPeak
+    dtype: str = "bfloat16"
+    tp: int = 1  # devices of one engine (tensor parallel); the fit treats the engine as one device times tp
+
+
+def resolve_gpu(gpu: str) -> DatasheetPeak:
+    """``--gpu``: a device with a datasheet row; an unknown name is an error, never a guessed peak."""
+    from throughputlab.hardware.peaks import device_names, lookup
+
+    ds = lookup(gpu or "")
+    if ds is None:
+        raise UserError(f"--gpu {gpu}: no datasheet row for it; known devices are {', '.join(device_names())}")
+    return ds
+
+
+def resolve_target(model: str, gpu: str, dtype: str = "bfloat16", tp: int = 1) -> Target:
+    """``--model`` (preset, config folder or hub id; weights are never loaded) and ``--gpu``."""
+    from throughputlab.models import resolve_model
+
+    dtype_bytes(dtype)  # an unknown dtype is a one-line error here, not in the fit
+    if tp < 1:
+        raise UserError(f"--tp must be a positive integer, got {tp}")
+    spec = resolve_model(model, random_weights=True).spec
+    return Target(spec=spec, datasheet=resolve_gpu(gpu), dtype=dtype, tp=tp)
+
+
+# ---------------------------------------------------------------- reading
+
+
+def read_text(path: Path, expected: str) -> str:
+    """A source file's text; a missing, unreadable, binary or empty file is a one-line error."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a folder, expected {expected}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not a text file, expected {expected}") from None
+    except OSError as e:
+        raise UserError(f"cannot read {path}: {e.strerror or e}") from None
+    if not text.strip():
+        raise UserError(f"{path}: empty file, expected {expected}")
+    return text
+
+
+def read_json(path: Path, expected: str) -> Any:
+    """One JSON document, or JSON lines (one document per line) returned as a list."""
+    text = read_text(path, expected)
+    try:
+        return json.loads(text)
+    except ValueError as first:
+        docs = []
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                docs.append(json.loads(line))
+            except ValueError:
+                raise UserError(f"{path}: not JSON ({first.msg} at line {first.lineno}), expected {expected}") from None
+        return docs
+
+
+def number(record: dict, key: str, where: str, *, required: bool = True) -> Optional[float]:
+    """A numeric field: missing or null gives None (an error when required); a bool, a non-numeric
+    string, NaN or infinity is always an error naming the field."""
+    value = record.get(key)
+    if value is None or value == "":
+        if required:
+            raise UserError(f"{where}: field {key} is missing")
+        return None
+    if isinstance(value, str):  # summary.csv and other text sources
+        try:
+            value = float(value)
+        except ValueError:
+            raise UserError(f"{where}: field {key} is not a number (got {value!r})") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise UserError(f"{where}: field {key} is not a finite number (got {value!r})")
+    return float(value)
+
+
+def count(record: dict, key: str, where: str, *, required: bool = True) -> Optional[int]:
+    """A non-negative whole-number field (token and request counts)."""
+    x = number(record, key, where, required=required)
+    if x is None:
+        return None
+    if x < 0 or x != int(x):
+        raise UserError(f"{where}: field {key} must be a non-negative whole number, got {x:g}")
+    return int(x)
+
+
+def one_model(models: dict[str, list[str]], field: str) -> Optional[str]:
+    """The one model the sources name ({model: [sources]}); several are an error naming them."""
+    named = {m: s for m, s in models.items() if m}
+    if len(named) > 1:
+        parts = "; ".join(f"{m} in {', '.join(s[:2])}{' ...' if len(s) > 2 else ''}" for m, s in sorted(named.items()))
+        raise UserError(f"the files name several models (field {field}): {parts}; import one model at a time")
+    return next(iter(named), None)
+
+
+# ---------------------------------------------------------------- the profile
+
+
+def by_concurrency(notes: list[str]) -> list[str]:
+    """Per-point notes ("c=N (...): ...") in order of concurrency, source order within one."""
+    def key(note: str) -> int:
+        m = re.match(r"c=(\d+)", note)
+        return int(m.group(1)) if m else -1
+
+    return sorted(notes, key=key)
+
+
+def merge_points(points: Iterable[GenPoint]) -> list[GenPoint]:
+    """Points with the same key (backend, concurrency, lengths) become one point holding every
+    run's sample, in source order; the result is sorted by concurrency."""
+    merged: dict[tuple, GenPoint] = {}
+    for p in points:
+        have = merged.get(p.key)
+        if have is None:
+            merged[p.key] = p.model_copy(deep=True)
+            continue
+        have.samples.extend(p.samples)
+        if have.status != "ok" and p.status == "ok":
+            have.status, have.error = "ok", None
+    return sorted(merged.values(), key=lambda p: (p.concurrency, p.prompt_len, p.output_len))
+
+
+def imported_profile(target: Target, points: list[GenPoint], *, backend: str, source: str, notes: list[str],
+                     engine: Optional[EngineInfo] = None, command_line: Optional[list[str]] = None) -> Profile:
+    """A Profile of imported generation points. ``backend`` names the source tool in the settings,
+    ``source`` says where the numbers came from (the environment's host field)."""
+    ok = [p for p in points if p.status == "ok"]
+    if not ok:
+        raise UserError(f"{source}: no run has successful requests: nothing to import")
+    ds = target.datasheet
+    if engine is None and target.tp > 1:
+        engine = EngineInfo(name="unknown (imported)", engine_args={"tensor_parallel_size": target.tp})
+    settings = SweepSettings(
+        dtype=target.dtype, device="cuda", gen_backend=backend,
+        prompt_len=round(statistics.median(p.prompt_len for p in ok)),
+        output_len=round(statistics.median(p.output_len for p in ok)),
+        warmup=0, repeats=max(len(p.samples) for p in ok), rounds=1,
+    )
+    return Profile(
+        kind="measured",
+        model=target.spec,
+        hardware=Hardware(device_type="cuda", device_name=ds.device, datasheet=ds, memory_total_bytes=ds.memory_bytes),
+        environment=Environment(python="", platform="", hostname=source, command_line=command_line or []),
+        settings=settings, engine=engine, generation=points, notes=[*notes, POINT_MODEL_NOTE],
+    )
