@@ -20,9 +20,11 @@ import pytest
 
 from throughputlab.errors import UserError
 from throughputlab.hardware.collectives import (
-    CollectiveBench, CollectiveRunError, bus_factor, fit_line, measure_collectives, point_from_samples,
+    CollectiveBench, CollectiveFit, CollectiveOp, CollectiveRunError, bus_factor, fit_line, measure_collectives,
+    point_from_samples,
 )
 from throughputlab.hardware.topology import cpu_topology, gpu_topology, parse_cpulist
+from throughputlab.hardware.torchrun import failure_summary
 
 RANK_MODULE = "throughputlab.hardware.collectives"
 
@@ -150,6 +152,55 @@ def test_fit_recovers_a_line():
     assert fit.slope_sizes_bytes == sizes[4:] and fit.alpha_sizes_bytes == sizes[:2]
     assert fit.max_rel_error == pytest.approx(0, abs=1e-9)
     assert fit_line(sizes[:2], times[:2], f) is None  # too few sizes for a line
+
+
+def test_comm_params_from_the_fits():
+    def op(name, busbw, alpha):
+        fit = CollectiveFit(alpha_s=alpha, busbw_fit_bytes_per_s=busbw, slope_sizes_bytes=[], alpha_sizes_bytes=[])
+        return CollectiveOp(op=name, status="ok", bus_factor=bus_factor(name, 8), fit=fit)
+
+    bench = CollectiveBench(backend="nccl", device="cuda", world_size=8, warmup=1, iters=1,
+                            ops=[op("all_reduce", 300e9, 20e-6), op("all_gather", 200e9, 10e-6),
+                                 op("reduce_scatter", 100e9, 40e-6)])
+    c = bench.comm_params()
+    assert (c.tp_busbw_bytes_per_s, c.tp_alpha_s) == (300e9, 20e-6)
+    assert c.fsdp_busbw_bytes_per_s == pytest.approx(3 / (2 / 200e9 + 1 / 100e9))  # 150 GB/s
+    assert c.fsdp_alpha_s == pytest.approx(20e-6)
+
+
+_TORCHRUN_FAILURE = """\
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+throughputlab.hardware.collectives FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-12-01_13:10:59
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 18908)  (SIGTERM)
+  error_file: <N/A>
+  traceback : Signal 15 (SIGTERM) received by PID 18908
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-01_13:10:59
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : 1 (pid: 18909)
+  error_file: /tmp/torchelastic_x/error.json
+  traceback : Traceback (most recent call last):
+    File "collectives_rank.py", line 40, in main
+      raise RuntimeError("boom")
+  RuntimeError: boom
+============================================================
+"""
+
+
+def test_failure_summary_names_the_first_failure_first():
+    assert failure_summary(_TORCHRUN_FAILURE) == ("rank 1 exit code 1: RuntimeError: boom; "
+                                                  "rank 0 exit code -15 (SIGTERM)")
+    assert failure_summary("a\nb\nlast line\n") == "a | b | last line"
 
 
 def test_bad_arguments_name_the_option():

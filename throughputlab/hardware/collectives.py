@@ -40,19 +40,16 @@ each rank runs one OpenMP thread: two ranks with two threads each on two cores s
 other 5-10x. On CPU the figures check mechanics and correctness, not NCCL's speed.
 
 Run as a module (``python -m torch.distributed.run --nproc-per-node N -m
-throughputlab.hardware.collectives --out FILE``) this file is the rank's program.
+throughputlab.hardware.collectives --out FILE``) this file runs the rank's program
+(:mod:`throughputlab.hardware.collectives_rank`); :mod:`throughputlab.hardware.torchrun`
+keeps the launcher's process tree in hand.
 """
 
 from __future__ import annotations
 
-import argparse
-import logging
 import math
 import os
-import re
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -64,11 +61,11 @@ from pydantic import BaseModel, ConfigDict
 
 from throughputlab.errors import UserError
 from throughputlab.hardware.topology import Topology
+from throughputlab.hardware.torchrun import LauncherTimeout, failure_summary, read_log, run_tree
 
 if TYPE_CHECKING:
     from throughputlab.throughput import CommParams
 
-log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 Op = Literal["all_reduce", "all_gather", "reduce_scatter"]
@@ -275,10 +272,15 @@ def measure_collectives(nproc: int = 2, device: str = "cpu", sizes: Optional[lis
                "--out", str(out), "--device", device, "--sizes", ",".join(map(str, sizes)), "--ops", ",".join(ops),
                "--iters", str(iters), "--warmup", str(warmup), "--timeout-s", str(timeout_s),
                "--caller-pid", str(os.getpid())]
-        rc = _run_group(cmd, _child_env(device), log_path, timeout_s, nproc)
-        text = _read(log_path)
+        try:
+            rc = run_tree(cmd, _child_env(device), log_path, timeout_s)
+        except LauncherTimeout:
+            raise CollectiveRunError(
+                f"the collectives run ({nproc} ranks) did not finish within {timeout_s:g} s (timeout_s); the launcher "
+                f"and its ranks were killed. Last output: {failure_summary(read_log(log_path))}") from None
         if rc != 0 or not out.is_file():
-            raise CollectiveRunError(f"the collectives run failed (launcher exit code {rc}): {_failure(text)}")
+            raise CollectiveRunError(f"the collectives run failed (launcher exit code {rc}): "
+                                     f"{failure_summary(read_log(log_path))}")
         bench = CollectiveBench.model_validate_json(out.read_text())
     bench.started_at, bench.wall_s = started, time.monotonic() - t0
     if bench.device == "cpu":
@@ -334,316 +336,9 @@ def _child_env(device: str) -> dict[str, str]:
     return env
 
 
-def _run_group(cmd: list[str], env: dict[str, str], log_path: Path, timeout_s: float, nproc: int) -> int:
-    """Run ``cmd`` in its own session; on any exit from here, leave none of its processes alive."""
-    import psutil
-
-    tracked: dict[int, psutil.Process] = {}
-    with open(log_path, "w") as logf:
-        log.info("collectives: %s", " ".join(cmd))
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
-        try:
-            deadline = time.monotonic() + timeout_s
-            while proc.poll() is None:
-                _track(proc.pid, tracked)
-                if time.monotonic() > deadline:
-                    raise CollectiveRunError(
-                        f"the collectives run ({nproc} ranks) did not finish within {timeout_s:g} s (timeout_s); "
-                        f"the launcher and its ranks were killed. Last output: {_failure(_read(log_path))}")
-                time.sleep(0.05)
-            return proc.returncode
-        finally:
-            _stop(proc, tracked)
-
-
-def _track(root: int, tracked: dict) -> None:
-    """Remember every descendant seen: once the launcher dies, its orphans are no longer its children."""
-    import psutil
-
-    try:
-        for p in psutil.Process(root).children(recursive=True):
-            tracked.setdefault(p.pid, p)
-    except psutil.Error:
-        pass
-
-
-def _stop(proc: subprocess.Popen, tracked: dict) -> None:
-    import psutil
-
-    try:
-        if proc.poll() is None:
-            _track(proc.pid, tracked)
-            _signal_group(proc.pid, signal.SIGTERM)  # the launcher passes it on to its ranks
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
-    except KeyboardInterrupt:  # a second Ctrl-C: straight to SIGKILL
-        pass
-    finally:
-        if proc.poll() is None:  # not reaped yet, so its pid (its group's id) cannot have been reused
-            _signal_group(proc.pid, signal.SIGKILL)
-        for p in list(tracked.values()):  # children born since the last look
-            try:
-                for c in p.children(recursive=True):
-                    tracked.setdefault(c.pid, c)
-            except psutil.Error:
-                pass
-        for p in list(tracked.values()):
-            try:
-                if p.is_running():
-                    if os.getpgid(p.pid) == p.pid:  # a worker leads its own group (start_new_session)
-                        _signal_group(p.pid, signal.SIGKILL)
-                    p.kill()
-            except (psutil.Error, OSError):
-                pass
-        proc.wait()
-        psutil.wait_procs(list(tracked.values()), timeout=5)
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(errors="replace")
-    except OSError:
-        return ""
-
-
-def _failure(text: str) -> str:
-    """The launcher's account of a failure, first failure first ("rank 1: exit code -9 (SIGKILL)"),
-    with the rank's error where it recorded one; else the log's last lines."""
-    root = text.find("Root Cause")
-    sections = [text[root:], text[:root]] if root >= 0 else [text]
-    found = []
-    for section in sections:
-        for m in re.finditer(r"rank\s*:\s*(\d+)[^\n]*\n\s*exitcode\s*:\s*(-?\d+)[^\n]*?(\(SIG\w+\))?\s*\n"
-                             r"(?:.*\n)*?\s*traceback\s*:\s*([\s\S]*?)(?=\n-{5,}|\n={5,}|\n\[\d+\]:|\Z)", section):
-            rank, code, sig, tb = m.groups()
-            last = [ln.strip() for ln in tb.splitlines() if ln.strip()]
-            plain = not last or last[-1].startswith("Signal ") or "To enable traceback" in last[-1]
-            why = "" if plain else f": {last[-1]}"
-            found.append(f"rank {rank} exit code {code}{' ' + sig if sig else ''}{why}")
-    if found:
-        return "; ".join(dict.fromkeys(found))[:1500]
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and "Warning" not in ln]
-    return " | ".join(lines[-4:])[:1500] or "no output"
-
-
-# ---------------------------------------------------------------- the rank's side
-
-
-def _rank_main(argv: Optional[list[str]] = None) -> int:
-    ap = argparse.ArgumentParser(
-        description="One rank of the collectives benchmark (start it with torch.distributed.run).")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    ap.add_argument("--sizes", default="")
-    ap.add_argument("--ops", default=",".join(OPS))
-    ap.add_argument("--iters", type=int, default=20)
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--timeout-s", type=float, default=600.0)
-    ap.add_argument("--caller-pid", type=int, default=None, help="exit when this process is gone")
-    args = ap.parse_args(argv)
-    if any(o not in OPS for o in args.ops.split(",")):
-        ap.error(f"--ops must be among {', '.join(OPS)}, got {args.ops}")
-    if "RANK" not in os.environ:
-        raise SystemExit("start this module with python -m torch.distributed.run --nproc-per-node N -m "
-                         "throughputlab.hardware.collectives --out FILE")
-    if args.caller_pid:
-        _exit_with_caller(args.caller_pid)
-    from datetime import timedelta
-
-    import torch
-    import torch.distributed as dist
-
-    rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
-    cuda = args.device == "cuda"
-    if cuda:
-        torch.cuda.set_device(local)
-        dev, backend, name = torch.device("cuda", local), "nccl", torch.cuda.get_device_name(local)
-    else:
-        torch.set_num_threads(1)
-        dev, backend, name = torch.device("cpu"), "gloo", None  # the caller names the CPU
-    dist.init_process_group(backend, timeout=timedelta(seconds=args.timeout_s))
-    try:
-        n = dist.get_world_size()
-        sizes = [int(s) for s in args.sizes.split(",") if s] or default_sizes(args.device)
-        results = [_measure_op(op, sizes, n, rank, dev, args.iters, args.warmup) for op in args.ops.split(",")]
-        if rank == 0:
-            bench = CollectiveBench(backend=backend, device=args.device, device_name=name, world_size=n,
-                                    warmup=args.warmup, iters=args.iters, threads_per_rank=torch.get_num_threads(),
-                                    torch_version=torch.__version__, ops=results)
-            tmp = args.out + ".tmp"
-            Path(tmp).write_text(bench.model_dump_json(indent=1))
-            os.replace(tmp, args.out)
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
-    return 0
-
-
-def _exit_with_caller(pid: int, every_s: float = 0.5) -> None:
-    """A caller killed with SIGKILL cannot clean up: each rank then ends itself, the launcher
-    sees its ranks fail and exits, and nothing of the run outlives the caller by more than a
-    second. (A thread, as a rank spends its time inside blocking collectives.)"""
-    import threading
-
-    import psutil
-
-    try:
-        caller = psutil.Process(pid)  # its start time guards against a reused pid
-    except psutil.Error:
-        os._exit(3)
-
-    def watch():
-        while True:
-            time.sleep(every_s)
-            try:
-                gone = not caller.is_running() or caller.status() == psutil.STATUS_ZOMBIE
-            except psutil.Error:
-                gone = True
-            if gone:
-                log.error("the process that started this run (pid %d) is gone: exiting", pid)
-                os._exit(3)
-
-    threading.Thread(target=watch, name="caller-watch", daemon=True).start()
-
-
-def _unsupported(e: BaseException) -> bool:
-    msg = str(e).lower()
-    return isinstance(e, NotImplementedError) or any(
-        k in msg for k in ("not support", "unsupported", "not implemented"))
-
-
-def _measure_op(op: Op, sizes: list[int], n: int, rank: int, dev, iters: int, warmup: int) -> CollectiveOp:
-    factor = bus_factor(op, n)
-    points: list[CollectivePoint] = []
-    for i, size in enumerate(sizes):
-        try:
-            points.append(_measure_point(op, size, n, rank, dev, iters, warmup))
-        except (RuntimeError, NotImplementedError, ValueError) as e:
-            msg = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:500]
-            if i == 0 and _unsupported(e):
-                return CollectiveOp(op=op, status="unsupported", bus_factor=factor, error=msg)
-            # a failed collective may leave the group unusable: larger sizes of this op are not tried
-            points.append(CollectivePoint(size_bytes=size, count=size // ELEMENT_BYTES, status="error", error=msg))
-            result = CollectiveOp(op=op, status="error", bus_factor=factor, error=msg, points=points)
-            result.fit = fit_op(result)
-            return result
-    result = CollectiveOp(op=op, status="ok", bus_factor=factor, points=points)
-    result.fit = fit_op(result)
-    return result
-
-
-def _collective(op: Op, n: int, dev, size: int):
-    """The buffers and a call running the op once; the values are set by ``fill`` and checked by ``check``."""
-    import torch
-    import torch.distributed as dist
-
-    count = size // ELEMENT_BYTES
-    chunk = count // n
-    if op == "all_reduce":
-        buf = torch.empty(count, dtype=torch.float32, device=dev)
-
-        def run():
-            dist.all_reduce(buf)
-
-        def fill(rank):
-            buf.fill_(rank + 1)
-
-        def check():
-            return bool((buf == n * (n + 1) / 2).all())
-
-        def zero():
-            buf.zero_()
-    elif op == "all_gather":
-        inp = torch.empty(chunk, dtype=torch.float32, device=dev)
-        out = torch.empty(chunk * n, dtype=torch.float32, device=dev)
-        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-
-        def run():
-            gather(out, inp)
-
-        def fill(rank):
-            inp.fill_(rank + 1)
-            out.fill_(-1)
-
-        def check():  # chunk i came from rank i
-            want = torch.arange(1, n + 1, dtype=torch.float32, device=dev)[:, None]
-            return bool((out.view(n, chunk) == want).all())
-
-        def zero():
-            inp.zero_()
-    else:
-        inp = torch.empty(chunk * n, dtype=torch.float32, device=dev)
-        out = torch.empty(chunk, dtype=torch.float32, device=dev)
-        scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-        me = {}
-
-        def run():
-            scatter(out, inp)
-
-        def fill(rank):  # rank r's chunk j holds (r+1)(j+1): rank j receives (j+1) n(n+1)/2
-            me["rank"] = rank
-            inp.view(n, chunk).copy_((rank + 1) * torch.arange(1, n + 1, dtype=torch.float32, device=dev)[:, None])
-            out.fill_(-1)
-
-        def check():
-            return bool((out == (me["rank"] + 1) * n * (n + 1) / 2).all())
-
-        def zero():
-            inp.zero_()
-    return run, fill, check, zero
-
-
-def _measure_point(op: Op, size: int, n: int, rank: int, dev, iters: int, warmup: int) -> CollectivePoint:
-    import torch
-    import torch.distributed as dist
-
-    cuda = dev.type == "cuda"
-
-    def sync():
-        if cuda:
-            torch.cuda.synchronize(dev)
-
-    def barrier():
-        if cuda:
-            dist.barrier(device_ids=[dev.index])
-        else:
-            dist.barrier()
-        sync()
-
-    run, fill, check, zero = _collective(op, n, dev, size)
-    fill(rank)
-    sync()
-    run()
-    sync()
-    correct = check()
-    zero()  # zeros from here on: repeated sums neither overflow nor turn denormal
-    for _ in range(warmup):
-        run()
-    times = []
-    for _ in range(iters):
-        barrier()
-        t = time.perf_counter()
-        run()
-        sync()
-        times.append(time.perf_counter() - t)
-    # slowest rank per iteration; a wrong result on any rank marks the point
-    agg = torch.tensor(times + [0.0 if correct else 1.0], dtype=torch.float64, device=dev)
-    dist.all_reduce(agg, op=dist.ReduceOp.MAX)
-    vals = agg.tolist()
-    return point_from_samples(size, vals[:-1], n, op, correct=vals[-1] == 0.0)
-
-
-if __name__ == "__main__":
+if __name__ == "__main__":  # the rank's program, as torch.distributed.run starts it
     from torch.distributed.elastic.multiprocessing.errors import record
 
-    sys.exit(record(_rank_main)())
+    from throughputlab.hardware.collectives_rank import main
+
+    sys.exit(record(main)())
