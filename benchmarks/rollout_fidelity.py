@@ -88,7 +88,7 @@ def run_engine(args, batches: list[int], concs: list[int], lengths_for, measure_
 def build_profile(args, resolved, engine, samples, concs):
     from throughputlab.hardware.probe import probe
     from throughputlab.profile import GenPoint, Profile, SweepSettings
-    from throughputlab.sweep import environment
+    from throughputlab.machine import environment
 
     prof = Profile(model=resolved.spec, hardware=probe(args.device, args.dtype, run_microbench=False),
                    environment=environment(["benchmarks/rollout_fidelity.py", *sys.argv[1:]]),

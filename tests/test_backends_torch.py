@@ -8,7 +8,8 @@ from throughputlab.backends.torch_train import TorchTrainingBackend
 from throughputlab.errors import UserError
 from throughputlab.models import resolve_model
 from throughputlab.profile import Environment, Hardware, Profile, SweepSettings
-from throughputlab.sweep import Hygiene, largest_fitting, run_training
+from throughputlab.spec import Measurement
+from throughputlab.sweep import largest_fitting, run_training
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +108,7 @@ def test_real_cpu_oom_is_recorded_and_largest_fit_found(tmp_path):
     huge = 2**21  # 2M x 128 tokens x 256 hidden x 4 bytes = 256 GiB for one activation
     try:
         run_training(prof, tmp_path / "p.json", b, [1, 2, huge], seq_len=128,
-                     hygiene=Hygiene(warmup=0, repeats=1))
+                     hygiene=Measurement(warmup=0, repeats=1, rounds=1))
     finally:
         b.close()
     status = {p.micro_batch: p.status for p in prof.training}

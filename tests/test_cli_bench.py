@@ -7,11 +7,15 @@ import subprocess
 import sys
 import time
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
 from conftest import assert_user_error, run_cli
 from throughputlab.profile import Profile
+
+REPORTS = Path(__file__).resolve().parent.parent / "reports"
 
 FAST = ["--model", "tiny", "--prompt-len", "8", "--output-len", "4", "--seq-len", "16", "--repeats", "2", "--rounds", "1",
         "--warmup", "1", "--no-telemetry"]
@@ -211,3 +215,141 @@ def test_allocator_reexec_only_for_the_cli_on_cpu_in_process_runs(monkeypatch):
     monkeypatch.setenv(allocator.MARK, "libtcmalloc_minimal.so.4")  # the re-executed process: never again
     allocator.maybe_reexec("auto", "cpu", in_process_only=True)
     assert calls == ["libtcmalloc_minimal.so.4"]
+
+
+# ---------------------------------------------------------------- the spec: --spec, --set, precedence, resume
+
+
+SPEC_YAML = """\
+model: tiny
+only: gen
+generation:
+  concurrency: [1, 2]
+  prompt_len: 8
+  output_len: 4
+measurement:
+  repeats: 2
+  rounds: 1
+telemetry:
+  enabled: false
+"""
+
+
+def test_spec_file_drives_the_run_and_is_stored(tmp_path):
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text(SPEC_YAML)
+    out = tmp_path / "s.json"
+    r = run_cli("bench", "--spec", str(spec), "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    prof = Profile.load(out)
+    assert prof.spec is not None and prof.spec.model == "tiny" and prof.spec.generation.concurrency == [1, 2]
+    assert prof.spec.measurement.repeats == 2 and prof.spec.telemetry.enabled is False
+    assert prof.spec.measurement.warmup == 1  # not in the file: the spec's default
+    assert [(p.concurrency, p.prompt_len, p.output_len) for p in prof.generation] == [(1, 8, 4), (2, 8, 4)]
+    assert prof.training == [] and prof.settings.prompt_len == 8 and prof.settings.train_backend is None
+    assert all(p.telemetry is None for p in prof.generation)
+
+
+def test_precedence_defaults_file_flags_set(tmp_path):
+    spec = tmp_path / "sweep.json"  # JSON by its suffix
+    spec.write_text(json.dumps({"model": "tiny", "only": "gen", "telemetry": {"enabled": False},
+                                "generation": {"concurrency": [1], "prompt_len": 16, "output_len": 4},
+                                "measurement": {"repeats": 3, "rounds": 2}}))
+    out = tmp_path / "p.json"
+    r = run_cli("bench", "--spec", str(spec), "--prompt-len", "12", "--repeats", "2", "--rounds", "3",
+                "--set", "generation.prompt_len=8", "--set", "measurement.rounds=1", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    s = Profile.load(out).spec
+    assert s.generation.output_len == 4  # file over default (32)
+    assert s.measurement.repeats == 2  # flag over file (3)
+    assert s.generation.prompt_len == 8 and s.measurement.rounds == 1  # --set over flag and file
+    assert s.training.seq_len == 128  # nobody set it: the default
+    point = Profile.load(out).generation[0]
+    assert point.prompt_len == 8 and point.rounds == 1 and len(point.samples) == 2 + 2 * point.remeasured
+
+
+def test_set_with_dotted_keys_and_yaml_values(tmp_path):
+    out = tmp_path / "p.json"
+    r = run_cli("bench", *FAST, "--only", "train", "--set", "training.micro_batches=[2, 1]",
+                "--set", "training.seq_len=8", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    prof = Profile.load(out)
+    assert [(p.micro_batch, p.seq_len) for p in prof.training] == [(1, 8), (2, 8)]
+    assert prof.spec.training.micro_batches == [1, 2]
+
+
+def test_resume_refuses_a_changed_prompt_length(tmp_path):
+    out = tmp_path / "p.json"
+    assert run_cli("bench", *FAST, "--only", "gen", "-c", "1", "-o", str(out)).returncode == 0
+    before = out.read_text()
+    r = run_cli("bench", *FAST, "--only", "gen", "-c", "1", "--prompt-len", "256", "-o", str(out), "--resume")
+    assert_user_error(r, "prompt_len", "another --output")
+    assert out.read_text() == before  # nothing added at another length
+
+
+def test_resume_of_an_old_profile_checks_its_settings(tmp_path):
+    """Profiles written before the spec existed are checked on what their settings recorded."""
+    old = tmp_path / "old.json"
+    old.write_text((REPORTS / "cpu-amd-epyc-2026-11-29" / "demo-profile.json").read_text())
+    assert Profile.load(old).spec is None
+    r = run_cli("bench", "--prompt-len", "256", "-o", str(old), "--resume")
+    assert_user_error(r, "prompt_len", "64", "256")
+
+
+def test_resume_of_a_missing_file_is_refused(tmp_path):
+    out = tmp_path / "never.json"
+    assert_user_error(run_cli("bench", *FAST, "-o", str(out), "--resume"), "nothing to resume", "drop --resume")
+    assert not out.exists()
+
+
+def test_bare_resume_continues_with_the_stored_settings(tmp_path):
+    out = tmp_path / "p.json"
+    assert run_cli("bench", *FAST, "--only", "gen", "-c", "1,2,3", "-o", str(out)).returncode == 0
+    raw = json.loads(out.read_text())  # what an interrupted run leaves: the last point missing
+    raw["generation"] = [p for p in raw["generation"] if p["concurrency"] != 3]
+    out.write_text(json.dumps(raw))
+    kept = {p["concurrency"]: p["measured_at"] for p in raw["generation"]}
+
+    r = run_cli("bench", "--resume", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    prof = Profile.load(out)
+    assert [(p.concurrency, p.prompt_len, p.output_len, p.status) for p in prof.generation] == \
+        [(1, 8, 4, "ok"), (2, 8, 4, "ok"), (3, 8, 4, "ok")]
+    assert {c: p.measured_at for c, p in ((p.concurrency, p) for p in prof.generation) if c in kept} == kept
+    assert prof.training == []  # --only gen came from the stored spec too
+    assert len(prof.generation[2].samples) == 2 + 2 * prof.generation[2].remeasured  # the stored repeats
+
+
+@pytest.mark.parametrize("text,fragments", [
+    ("generation:\n  promt_len: 8\n", ["unknown key generation.promt_len", "did you mean generation.prompt_len"]),
+    ("measurement:\n  rounds: many\n", ["measurement.rounds", "integer", "'many'"]),
+    ("generation:\n  concurrency: [1, 2\nmodel: tiny\n", ["YAML syntax error at line 3"]),
+    ("- model\n- tiny\n", ["mapping"]),
+])
+def test_bad_spec_files_are_one_line_errors(tmp_path, text, fragments):
+    spec = tmp_path / "bad.yaml"
+    spec.write_text(text)
+    assert_user_error(run_cli("bench", "--spec", str(spec), "-o", str(tmp_path / "o.json")), str(spec), *fragments)
+    assert not (tmp_path / "o.json").exists()
+
+
+@pytest.mark.parametrize("item,fragments", [
+    ("generation.prompt_len", ["KEY=VALUE"]),
+    ("prompt_len=8", ["unknown key prompt_len", "did you mean generation.prompt_len"]),
+    ("generation.prompt_len=long", ["generation.prompt_len", "integer", "'long'"]),
+    ("measurement.rounds=0", ["measurement.rounds", "greater than 0"]),
+    ("generation.concurrency=[1, -2]", ["generation.concurrency", "positive"]),
+])
+def test_bad_set_is_a_one_line_error(tmp_path, item, fragments):
+    assert_user_error(run_cli("bench", "--set", item, "-o", str(tmp_path / "o.json")), "--set", *fragments)
+
+
+def test_print_spec_is_a_valid_spec_file(tmp_path):
+    r = run_cli("bench", "--print-spec", "-m", "tiny", "--set", "measurement.rounds=1")
+    assert r.returncode == 0, r.stderr
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(r.stdout)
+    again = run_cli("bench", "--print-spec", "--spec", str(spec))
+    assert again.returncode == 0 and again.stdout == r.stdout
+    assert "model: tiny" in r.stdout and "rounds: 1" in r.stdout
+    assert "concurrency: [1, 2, 4, 8, 16, 32, 64, 128]" in r.stdout

@@ -8,7 +8,8 @@ import pytest
 
 from throughputlab.models import resolve_model
 from throughputlab.profile import Environment, GenSample, Hardware, Profile, SweepSettings, TrainSample
-from throughputlab.sweep import Extras, Hygiene, largest_fitting, run_generation, run_training
+from throughputlab.spec import Measurement
+from throughputlab.sweep import Extras, largest_fitting, run_generation, run_training
 
 
 class ScriptedOOM(RuntimeError):
@@ -67,7 +68,7 @@ def new_profile():
                    settings=SweepSettings(dtype="float32", device="cpu"))
 
 
-H = Hygiene(warmup=1, repeats=2, max_cv=0.1, max_remeasure=2)
+H = Measurement(warmup=1, repeats=2, max_cv=0.1, max_remeasure=2, rounds=1)
 
 
 def test_auto_stops_when_throughput_saturates(tmp_path):
@@ -177,7 +178,7 @@ def test_error_points_are_recorded_and_sweep_goes_on(tmp_path):
     assert "kernel exploded" in prof.generation[1].error
 
 
-R3 = Hygiene(warmup=1, repeats=1, max_cv=0.5, max_remeasure=2, rounds=3)
+R3 = Measurement(warmup=1, repeats=1, max_cv=0.5, max_remeasure=2, rounds=3)
 
 
 class Timeline(ScriptedBackend):
@@ -218,14 +219,14 @@ def test_a_slow_spell_moves_one_sample_per_point_not_a_whole_point(tmp_path):
     one_go = Timeline(lambda c: 10.0 * c, slow=slow)
     prof = new_profile()
     run_generation(prof, tmp_path / "a.json", one_go, [1, 2, 4], prompt_len=4, output_len=4,
-                   hygiene=Hygiene(warmup=1, repeats=3, max_cv=0.5, rounds=1))
+                   hygiene=Measurement(warmup=1, repeats=3, max_cv=0.5, rounds=1))
     off = [p.tokens_per_s / (10.0 * p.concurrency) - 1 for p in prof.generation]
     assert min(off) < -0.2  # one point took the whole spell: its median is 23% low
 
     rounds = Timeline(lambda c: 10.0 * c, slow=slow)
     prof = new_profile()
     run_generation(prof, tmp_path / "b.json", rounds, [1, 2, 4], prompt_len=4, output_len=4,
-                   hygiene=Hygiene(warmup=1, repeats=1, max_cv=0.5, rounds=3))
+                   hygiene=Measurement(warmup=1, repeats=1, max_cv=0.5, rounds=3))
     assert all(p.tokens_per_s == pytest.approx(10.0 * p.concurrency) for p in prof.generation)
 
 
@@ -263,7 +264,7 @@ def test_a_point_still_noisy_after_the_last_round_adds_whole_rounds(tmp_path):
     backend = Timeline(lambda c: 10.0 * c, slow={7: 3.0})
     prof = new_profile()
     run_generation(prof, tmp_path / "p.json", backend, [1, 2, 4], prompt_len=4, output_len=4,
-                   hygiene=Hygiene(warmup=1, repeats=1, max_cv=0.1, max_remeasure=2, rounds=3))
+                   hygiene=Measurement(warmup=1, repeats=1, max_cv=0.1, max_remeasure=2, rounds=3))
     # every point gets the extra rounds, so a slow spell cannot land on the noisy point alone;
     # at most max_remeasure of them (the slow sample keeps the spread above 10%)
     assert backend.calls[12:] == [1, 2, 4, 1, 2, 4]
@@ -275,7 +276,7 @@ def test_extra_rounds_stop_once_no_point_is_noisy(tmp_path):
     backend = Timeline(lambda c: 10.0 * c, slow={7: 1.5})  # 50% slow once: spread 24% after 3 samples
     prof = new_profile()
     run_generation(prof, tmp_path / "p.json", backend, [1, 2], prompt_len=4, output_len=4,
-                   hygiene=Hygiene(warmup=1, repeats=1, max_cv=0.2, max_remeasure=5, rounds=3))
+                   hygiene=Measurement(warmup=1, repeats=1, max_cv=0.2, max_remeasure=5, rounds=3))
     # calls: 0-3 round 1, 4-5 round 2, 6-7 round 3 (7 slow), then one extra round brings the spread under 20%
     assert backend.calls[8:] == [1, 2]
     assert all(p.remeasured == 1 and len(p.samples) == 4 for p in prof.generation)

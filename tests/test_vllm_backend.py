@@ -121,7 +121,9 @@ def test_sweep_runner_with_telemetry_and_pyspy(engine, tmp_path):
         pytest.skip("py-spy is not installed")
     from throughputlab.hostprof import PySpyRecorder
     from throughputlab.profile import Hardware, Profile, SweepSettings
-    from throughputlab.sweep import Extras, Hygiene, environment, run_generation
+    from throughputlab.machine import environment
+    from throughputlab.spec import Measurement
+    from throughputlab.sweep import Extras, run_generation
     from throughputlab.telemetry import TelemetrySampler
 
     resolved = resolve_model("tiny")
@@ -133,7 +135,7 @@ def test_sweep_runner_with_telemetry_and_pyspy(engine, tmp_path):
     extras = Extras(telemetry=lambda pids: TelemetrySampler(pids, hz=20), pyspy=PySpyRecorder(tmp_path / "p-pyspy"),
                     pyspy_points={MAX_C})
     run_generation(profile, path, engine, [1, MAX_C], prompt_len=PROMPT, output_len=OUT,
-                   hygiene=Hygiene(warmup=1, repeats=40, max_cv=10.0, max_remeasure=0), extras=extras)
+                   hygiene=Measurement(warmup=1, repeats=40, max_cv=10.0, max_remeasure=0, rounds=1), extras=extras)
     extras.pyspy.close()  # 40 repeats: long enough (1-2 s) for py-spy to attach to and sample the engine's processes
 
     from throughputlab.profile import Profile as P

@@ -11,26 +11,21 @@ import json
 import os
 import statistics
 import tempfile
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from throughputlab.errors import UserError
+# The machine records and the settings live in their own modules; they are imported from here too.
+from throughputlab.machine import (  # noqa: F401
+    CpuInfo, DatasheetPeak, Environment, GpuInfo, Hardware, MicroBench, Strict, now_iso,
+)
 from throughputlab.models.spec import ModelSpec
+from throughputlab.spec import BenchSpec, SweepSettings  # noqa: F401
 
 SCHEMA_VERSION = 1
 Status = Literal["ok", "oom", "error", "skipped"]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
 
 def median(xs: list[float]) -> Optional[float]:
     return statistics.median(xs) if xs else None
@@ -44,81 +39,10 @@ def cv(xs: list[float]) -> Optional[float]:
     return statistics.stdev(xs) / m if m > 0 else None
 
 
-# ---------------------------------------------------------------- environment and hardware
-
-
-class Environment(_Strict):
-    python: str
-    platform: str
-    hostname: str
-    packages: dict[str, str] = {}
-    git_hash: Optional[str] = None
-    command_line: list[str] = []
-    torch_threads: Optional[int] = None
-    cpu_count: Optional[int] = None
-    env_vars: dict[str, str] = {}
-    started_at: str = Field(default_factory=now_iso)
-    updated_at: Optional[str] = None
-
-
-class GpuInfo(_Strict):
-    index: int
-    name: str
-    memory_total_bytes: Optional[int] = None
-    driver: Optional[str] = None
-    cuda_capability: Optional[str] = None
-    sm_clock_max_mhz: Optional[int] = None
-    mem_clock_max_mhz: Optional[int] = None
-    power_limit_w: Optional[float] = None
-
-
-class CpuInfo(_Strict):
-    model: str
-    logical_cores: Optional[int] = None
-    physical_cores: Optional[int] = None
-    memory_total_bytes: Optional[int] = None
-
-
-class MicroBench(_Strict):
-    """The probe's own measurements: a large copy for bandwidth, a large matmul for FLOP/s, and
-    matrix-vector products over matrices far larger than the caches (the decode step's access
-    pattern) for the bandwidth the dtype's kernels reach."""
-
-    dtype: str
-    copy_bandwidth_bytes_per_s: Optional[float] = None  # read + write bytes / time
-    matmul_flops_per_s: Optional[float] = None
-    gemv_bandwidth_bytes_per_s: Optional[float] = None  # matrix bytes read / time (absent in older profiles)
-    copy_samples_s: list[float] = []
-    matmul_samples_s: list[float] = []
-    gemv_samples_s: list[float] = []
-    copy_bytes: Optional[int] = None
-    matmul_n: Optional[int] = None
-    gemv_bytes: Optional[int] = None
-
-
-class DatasheetPeak(_Strict):
-    device: str
-    memory_bandwidth_bytes_per_s: float
-    flops_per_s: dict[str, float]  # dense, by dtype name
-    memory_bytes: Optional[int] = None
-    source: str
-
-
-class Hardware(_Strict):
-    device_type: Literal["cuda", "cpu"]
-    device_name: str
-    cpu: Optional[CpuInfo] = None
-    gpus: list[GpuInfo] = []
-    driver: Optional[str] = None
-    memory_total_bytes: Optional[int] = None  # of the device the sweep ran on
-    microbench: Optional[MicroBench] = None
-    datasheet: Optional[DatasheetPeak] = None
-
-
 # ---------------------------------------------------------------- points
 
 
-class TelemetrySummary(_Strict):
+class TelemetrySummary(Strict):
     """Per-point summary of the background sampler (GPU through pynvml, or CPU/RSS)."""
 
     source: Literal["nvml", "host"]
@@ -145,7 +69,7 @@ class TelemetrySummary(_Strict):
                                 throttle_reasons=reasons)
 
 
-class HostProfile(_Strict):
+class HostProfile(Strict):
     """py-spy summary for one point: the share of samples in the top functions."""
 
     flamegraph: Optional[str] = None  # file name next to the profile
@@ -156,7 +80,7 @@ class HostProfile(_Strict):
     error: Optional[str] = None
 
 
-class GenSample(_Strict):
+class GenSample(Strict):
     """One repeat of a generation point."""
 
     total_s: float
@@ -172,7 +96,7 @@ class GenSample(_Strict):
     probe_decode_step_s: list[float] = []
 
 
-class GenPoint(_Strict):
+class GenPoint(Strict):
     kind: Literal["generation"] = "generation"
     backend: str
     concurrency: int
@@ -250,14 +174,14 @@ def percentiles(xs: list[float], qs: tuple[int, ...] = (50, 90, 99)) -> Optional
     return out
 
 
-class TrainSample(_Strict):
+class TrainSample(Strict):
     step_s: float
     forward_s: Optional[float] = None
     backward_s: Optional[float] = None
     optimizer_s: Optional[float] = None
 
 
-class TrainPoint(_Strict):
+class TrainPoint(Strict):
     kind: Literal["training"] = "training"
     backend: str
     micro_batch: int
@@ -295,7 +219,7 @@ class TrainPoint(_Strict):
         return cv(self.tokens_per_s_samples)
 
 
-class EngineInfo(_Strict):
+class EngineInfo(Strict):
     """What the generation engine reports about itself (vLLM: KV-cache capacity)."""
 
     name: str
@@ -307,29 +231,14 @@ class EngineInfo(_Strict):
     overhead_probe: Optional[dict[str, int]] = None  # config overrides of the overhead probe model (hf backend)
 
 
-class SweepSettings(_Strict):
-    dtype: str
-    device: str
-    gen_backend: Optional[str] = None
-    train_backend: Optional[str] = None
-    prompt_len: int = 128
-    output_len: int = 64
-    seq_len: int = 256
-    warmup: int = 1
-    repeats: int = 3
-    max_cv: float = 0.1
-    max_remeasure: int = 2
-    rounds: int = 1
-    seed: int = 0
-
-
-class Profile(_Strict):
+class Profile(Strict):
     schema_version: Literal[1] = SCHEMA_VERSION
     kind: Literal["measured", "predicted"] = "measured"
     model: ModelSpec
     hardware: Hardware
     environment: Environment
     settings: SweepSettings
+    spec: Optional[BenchSpec] = None  # the resolved spec of a `bench` run (absent in older profiles)
     engine: Optional[EngineInfo] = None
     generation: list[GenPoint] = []
     training: list[TrainPoint] = []

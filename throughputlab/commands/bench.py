@@ -1,4 +1,4 @@
-"""`throughputlab bench`: parse options, build a BenchSpec, run it with a progress bar, print a summary."""
+"""`throughputlab bench`: layer the spec (file, flags, --set), run it with a progress bar, print a summary."""
 
 from __future__ import annotations
 
@@ -7,101 +7,178 @@ from pathlib import Path
 from typing import Optional
 
 import click
+from click.core import ParameterSource
 
 from throughputlab.commands.options import IntList, check_writable, default_profile_name, parse_engine_args
+from throughputlab.errors import UserError
+from throughputlab.spec import DEFAULTS
 
 
-@click.command(context_settings={"show_default": True})
-@click.option("--model", "-m", default="demo",
-              help="Preset name (see `throughputlab models`), a Hugging Face model folder, or a hub id (org/name).")
+# flag (click parameter name) -> the spec key it sets; the spec holds the defaults
+SPEC_FLAGS = {
+    "model": "model", "only": "only", "gen_backend": "generation.backend", "train_backend": "training.backend",
+    "concurrency": "generation.concurrency", "batch_sizes": "training.micro_batches",
+    "prompt_len": "generation.prompt_len", "output_len": "generation.output_len", "seq_len": "training.seq_len",
+    "dtype": "dtype", "device": "device", "warmup": "measurement.warmup", "repeats": "measurement.repeats",
+    "rounds": "measurement.rounds", "max_cv": "measurement.max_cv", "max_remeasure": "measurement.max_remeasure",
+    "auto_cap": "measurement.auto_cap", "random_weights": "random_weights", "trust_remote_code": "trust_remote_code",
+    "engine_args": "generation.engine_args", "url": "generation.url", "served_model": "generation.served_model",
+    "telemetry": "telemetry.enabled", "telemetry_hz": "telemetry.hz", "py_spy": "py_spy.enabled",
+    "py_spy_points": "py_spy.points", "track_effective_lr": "training.effective_lr", "seed": "seed",
+}
+
+
+def spec_option(*decls: str, help: str, shown: Optional[str] = None, **kw):
+    """A flag for one spec key: no default of its own (None: not given); the help shows the spec's."""
+    key = SPEC_FLAGS[decls[-1]]
+    value = DEFAULTS
+    for part in key.split("."):
+        value = getattr(value, part)
+    return click.option(*decls, default=None, help=f"{help} [{key}; default: {shown or _shown(value)}]", **kw)
+
+
+def _shown(value) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, list):
+        return ",".join(map(str, value)) or "all"
+    if isinstance(value, dict):
+        return "none" if not value else ", ".join(f"{k}={v}" for k, v in value.items())
+    return "none" if value is None else str(value)
+
+
+@click.command()
+@click.option("--spec", "spec_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="A spec file (YAML, or JSON by a .json suffix) with any part of the settings tree.")
+@click.option("--set", "set_items", multiple=True, metavar="KEY=VALUE",
+              help="Set one spec key, dotted, with a YAML value: --set generation.prompt_len=256, "
+                   "--set generation.concurrency=[1,8,64] (repeatable; wins over --spec and the flags).")
+@click.option("--print-spec", is_flag=True, help="Print the resolved spec as YAML and exit (a template for --spec).")
+@spec_option("--model", "-m", "model",
+             help="Preset name (see `throughputlab models`), a Hugging Face model folder, or a hub id (org/name).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Profile JSON to write. Default: profile-MODEL-DEVICE-TIME.json in the current folder.")
-@click.option("--only", type=click.Choice(["gen", "train"]), default=None, help="Measure only generation or training.")
-@click.option("--backend", "gen_backend", type=click.Choice(["hf", "vllm", "openai"]), default="hf",
-              help="Generation backend: hf (transformers loop), vllm (offline engine), openai (an endpoint).")
-@click.option("--train-backend", type=click.Choice(["torch"]), default="torch", help="Training backend.")
-@click.option("--concurrency", "-c", type=IntList(allow_auto=True), default="1,2,4,8,16,32,64,128",
-              help="Generation concurrencies (sequences decoded together), or `auto` (double until tokens/s stops growing).")
-@click.option("--batch-sizes", "-b", type=IntList(allow_auto=True), default="1,2,4,8",
-              help="Training micro-batch sizes, or `auto` (double until tokens/s stops growing or memory runs out).")
-@click.option("--prompt-len", type=int, default=64, help="Synthetic prompt tokens per sequence.")
-@click.option("--output-len", type=int, default=32, help="New tokens per sequence (EOS ignored).")
-@click.option("--seq-len", type=int, default=128, help="Tokens per training sequence.")
-@click.option("--dtype", default="auto", help="auto (bfloat16 on GPU and on CPUs with native bf16, else float32), bfloat16, float16, float32.")
-@click.option("--device", default="auto", help="auto, cpu, cuda or cuda:N.")
-@click.option("--warmup", type=int, default=1, help="Untimed runs before each point.")
-@click.option("--repeats", type=int, default=1, help="Timed runs per point in each round (every sample is kept).")
-@click.option("--rounds", type=int, default=3,
-              help="Passes over the sweep, each adding --repeats timed runs to every point: a slow spell of the "
-                   "machine then costs one sample of many points, not every sample of a few, and the point's "
-                   "median ignores it. --rounds 1 --repeats 3 measures each point in one go.")
-@click.option("--max-cv", type=float, default=0.10,
-              help="While some point's tokens/s spread (stdev/mean) is above this after the last round, run one "
-                   "more round over all points (with --rounds 1: measure that point again at once).")
-@click.option("--max-remeasure", type=int, default=2,
-              help="At most this many extra rounds (with --rounds 1: re-measurements of a noisy point).")
-@click.option("--auto-cap", type=int, default=1024, help="Largest value an `auto` sweep tries.")
-@click.option("--resume", is_flag=True, help="Continue an interrupted profile (--output): finished points are not re-measured.")
+@spec_option("--only", "only", type=click.Choice(["gen", "train"]), shown="both",
+             help="Measure only generation or training.")
+@spec_option("--backend", "gen_backend", type=click.Choice(["hf", "vllm", "openai"]),
+             help="Generation backend: hf (transformers loop), vllm (offline engine), openai (an endpoint).")
+@spec_option("--train-backend", "train_backend", type=click.Choice(["torch"]), help="Training backend.")
+@spec_option("--concurrency", "-c", "concurrency", type=IntList(allow_auto=True),
+             help="Generation concurrencies (sequences decoded together), or `auto` (double until tokens/s stops "
+                  "growing).")
+@spec_option("--batch-sizes", "-b", "batch_sizes", type=IntList(allow_auto=True),
+             help="Training micro-batch sizes, or `auto` (double until tokens/s stops growing or memory runs out).")
+@spec_option("--prompt-len", "prompt_len", type=int, help="Synthetic prompt tokens per sequence.")
+@spec_option("--output-len", "output_len", type=int, help="New tokens per sequence (EOS ignored).")
+@spec_option("--seq-len", "seq_len", type=int, help="Tokens per training sequence.")
+@spec_option("--dtype", "dtype",
+             help="auto (bfloat16 on GPU and on CPUs with native bf16, else float32), bfloat16, float16, float32.")
+@spec_option("--device", "device", help="auto, cpu, cuda or cuda:N.")
+@spec_option("--warmup", "warmup", type=int, help="Untimed runs before each point.")
+@spec_option("--repeats", "repeats", type=int, help="Timed runs per point in each round (every sample is kept).")
+@spec_option("--rounds", "rounds", type=int,
+             help="Passes over the sweep, each adding --repeats timed runs to every point: a slow spell of the "
+                  "machine then costs one sample of many points, not every sample of a few, and the point's "
+                  "median ignores it. --rounds 1 --repeats 3 measures each point in one go.")
+@spec_option("--max-cv", "max_cv", type=float,
+             help="While some point's tokens/s spread (stdev/mean) is above this after the last round, run one "
+                  "more round over all points (with --rounds 1: measure that point again at once).")
+@spec_option("--max-remeasure", "max_remeasure", type=int,
+             help="At most this many extra rounds (with --rounds 1: re-measurements of a noisy point).")
+@spec_option("--auto-cap", "auto_cap", type=int, help="Largest value an `auto` sweep tries.")
+@click.option("--resume", is_flag=True,
+              help="Continue the profile --output: finished points are not re-measured; settings not given come "
+                   "from the profile, given ones must match it.")
 @click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
-@click.option("--random-weights", is_flag=True, help="Random weights for a model folder or hub id (presets always use them).")
-@click.option("--trust-remote-code", is_flag=True, help="Allow a model folder/hub id to run its own Python code (off by default).")
-@click.option("--engine-arg", "engine_args", multiple=True, metavar="KEY=VALUE",
-              help="Pass an option to the vLLM engine, e.g. --engine-arg gpu_memory_utilization=0.8 (repeatable).")
-@click.option("--url", default=None, help="Base URL of an OpenAI-compatible server, for --backend openai.")
-@click.option("--served-model", default=None, help="Model name the server expects (--backend openai).")
-@click.option("--telemetry/--no-telemetry", default=True, help="Sample GPU (pynvml) or CPU/RSS telemetry during each point.")
-@click.option("--telemetry-hz", type=float, default=20.0, help="Telemetry sampling rate.")
-@click.option("--py-spy", "py_spy", is_flag=True, help="Record py-spy flame graphs of the host processes during points.")
-@click.option("--py-spy-points", type=IntList(), default=None,
-              help="Only these concurrencies/micro-batches are profiled with --py-spy (default: all).")
-@click.option("--effective-lr", "track_effective_lr", is_flag=True,
-              help="Record ||dW||/||W|| per parameter group in training points.")
+@spec_option("--random-weights", "random_weights", is_flag=True,
+             help="Random weights for a model folder or hub id (presets always use them).")
+@spec_option("--trust-remote-code", "trust_remote_code", is_flag=True,
+             help="Allow a model folder/hub id to run its own Python code.")
+@spec_option("--engine-arg", "engine_args", multiple=True, metavar="KEY=VALUE",
+             help="Pass an option to the engine, e.g. --engine-arg gpu_memory_utilization=0.8 (repeatable).")
+@spec_option("--url", "url", help="Base URL of an OpenAI-compatible server, for --backend openai.")
+@spec_option("--served-model", "served_model", help="Model name the server expects (--backend openai).")
+@spec_option("--telemetry/--no-telemetry", "telemetry",
+             help="Sample GPU (pynvml) or CPU/RSS telemetry during each point.")
+@spec_option("--telemetry-hz", "telemetry_hz", type=float, help="Telemetry sampling rate.")
+@spec_option("--py-spy", "py_spy", is_flag=True, help="Record py-spy flame graphs of the host processes during points.")
+@spec_option("--py-spy-points", "py_spy_points", type=IntList(),
+             help="Only these concurrencies/micro-batches are profiled with --py-spy.")
+@spec_option("--effective-lr", "track_effective_lr", is_flag=True,
+             help="Record ||dW||/||W|| per parameter group in training points.")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the HTML report here at the end.")
-@click.option("--seed", type=int, default=0, help="Seed for weights and synthetic tokens.")
+@spec_option("--seed", "seed", type=int, help="Seed for weights and synthetic tokens.")
 @click.option("--allocator", type=click.Choice(["auto", "system"]), default="auto", show_default=True,
               help="auto: on CPU, run the hf/torch backends under tcmalloc or jemalloc when the system has one "
                    "(LD_PRELOAD, as vLLM's and PyTorch's CPU guides recommend; glibc malloc faults large blocks in "
                    "again at every step, 15-25%% of a CPU training step). system: keep the process's allocator. "
                    "The profile records which one ran.")
-def bench(output: Optional[Path], report_path: Optional[Path], engine_args: tuple[str, ...], allocator: str,
-          **kw) -> None:
+@click.pass_context
+def bench(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, ...], print_spec: bool,
+          output: Optional[Path], resume: bool, force: bool, report_path: Optional[Path], allocator: str,
+          **flags) -> None:
     """Measure generation tokens/s against concurrency and training tokens/s against micro-batch.
 
     Writes a profile (JSON) after every point, so Ctrl-C or a crash keeps what was measured;
-    re-run with --resume -o PROFILE to finish. Presets use random weights: throughput does
-    not depend on the weight values.
+    `--resume -o PROFILE` finishes it. Presets use random weights: throughput does not
+    depend on the weight values.
+
+    The settings are one tree (`--print-spec` shows it), built in this order, later winning:
+    the spec's defaults < --spec FILE < the flags below < --set KEY=VALUE. The profile stores
+    the resolved spec. With --resume the stored spec replaces the defaults, so `--resume -o
+    PROFILE` alone continues exactly; a setting given that differs from the stored one is
+    refused (the py-spy options may change).
 
     \b
     Examples:
       throughputlab bench                                   # demo model, both sweeps (~3 min on 2 CPU cores)
       throughputlab bench -m qwen2.5-1.5b -c 1,8,64,256 -o q15.json
+      throughputlab bench --spec sweep.yaml --set measurement.rounds=1
       throughputlab bench -m tiny --only train -b auto
       throughputlab bench -m tiny --backend vllm --only gen --engine-arg enforce_eager=true
     """
+    from throughputlab import spec as specs
     from throughputlab.commands import allocator as alloc
 
-    alloc.maybe_reexec(allocator, kw["device"], in_process_only=kw["gen_backend"] == "hf" or kw["only"] == "train")
-    from throughputlab.bench import BenchSpec, run_bench
+    if resume and output is None:
+        raise UserError("--resume needs --output PROFILE: the profile to continue")
+    flag_names = {p.name: p.opts[0] for p in ctx.command.params}
+    given = {name: value for name, value in flags.items()
+             if ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)}
+    if "engine_args" in given:
+        given["engine_args"] = parse_engine_args(given["engine_args"])
+    layers = [specs.read_spec_file(spec_file)] if spec_file is not None else []
+    layers.append(specs.as_layer("options", {SPEC_FLAGS[n]: v for n, v in given.items()},
+                                 {SPEC_FLAGS[n]: flag_names[n] for n in given}))
+    layers += [specs.parse_set(item) for item in set_items]
+    from throughputlab.bench import RunOptions, resume_base, run_bench
 
-    spec = BenchSpec(engine_args=parse_engine_args(engine_args), command_line=["throughputlab", *sys.argv[1:]],
-                     py_spy_points=kw.pop("py_spy_points") or [], **kw)
-    spec.output = output or default_profile_name(spec.model, kw["device"])
-    check_writable(spec.output)
+    spec = specs.resolve(layers, base=resume_base(output) if resume else None)
+    if print_spec:
+        import yaml
+
+        click.echo(yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False, default_flow_style=None), nl=False)
+        return
+    alloc.maybe_reexec(allocator, spec.device,
+                       in_process_only=spec.generation.backend == "hf" or spec.only == "train")
+    run = RunOptions(output=output or default_profile_name(spec.model, spec.device), resume=resume, force=force,
+                     command_line=["throughputlab", *sys.argv[1:]])
+    check_writable(run.output)
     if report_path is not None:
         check_writable(report_path, "--report")
     console = _console()
-    console.print(f"[bold]throughputlab bench[/]: model {spec.model}, profile -> {spec.output}", highlight=False)
+    console.print(f"[bold]throughputlab bench[/]: model {spec.model}, profile -> {run.output}", highlight=False)
     hooks = RichHooks(console)
     try:
         with hooks:
-            profile = run_bench(spec, hooks)
+            profile = run_bench(spec, run, hooks)
     except KeyboardInterrupt:
-        console.print(f"\ninterrupted: finished points are in {spec.output}; "
-                      f"continue with: throughputlab bench ... --resume -o {spec.output}", highlight=False)
+        console.print(f"\ninterrupted: finished points are in {run.output}; "
+                      f"continue with: throughputlab bench --resume -o {run.output}", highlight=False)
         raise SystemExit(130)
     print_summary(console, profile)
-    console.print(f"profile written to {spec.output}", highlight=False)
+    console.print(f"profile written to {run.output}", highlight=False)
     if report_path is not None:
         from throughputlab.report.profile_report import write_report
 

@@ -13,7 +13,7 @@ from throughputlab.errors import UserError
 
 
 class IntList(click.ParamType):
-    """Comma-separated positive integers, e.g. ``1,2,4,8``; ``auto`` when allowed."""
+    """Comma-separated positive integers, e.g. ``1,2,4,8``; ``auto`` (returned as is) when allowed."""
 
     name = "LIST"
 
@@ -26,7 +26,7 @@ class IntList(click.ParamType):
         opt = f"--{param.name.replace('_', '-')}" if param is not None else "value"
         text = str(value).strip()
         if self.allow_auto and text.lower() == "auto":
-            return None
+            return "auto"
         out = []
         for part in text.split(","):
             part = part.strip()
