@@ -65,7 +65,7 @@ def make_profile(*, model="demo", noise=0.01, seed=0, concurrencies=(1, 2, 4, 8,
                           memory_total_bytes=8 * 2**30, microbench=mb, datasheet=datasheet),
         environment=Environment(python="3.11", platform="linux", hostname="test"),
         settings=SweepSettings(dtype="float32", device="cpu", gen_backend="hf", train_backend="torch",
-                               prompt_len=prompt_len, output_len=output_len, seq_len=seq_len),
+                               prompt_len=prompt_len, output_len=output_len, seq_len=seq_len, repeats=repeats),
         engine=EngineInfo(name="transformers", overhead_probe=probe) if probe else None,
         generation=gen, training=train,
     )

@@ -38,7 +38,7 @@ def _run(c: int, n: int = 0) -> dict:
 
 def test_sweep_folder_one_sample_per_run_with_its_totals(target):
     prof = load_vllm_bench([SWEEP], target)
-    assert prof.kind == "measured"
+    assert prof.kind == "imported"
     assert [p.concurrency for p in prof.generation] == [1, 2, 4, 8, 16, 32, 64, 128, 256]
     by_c = {p.concurrency: p for p in prof.generation}
     assert len(by_c[4].samples) == 2 and len(by_c[64].samples) == 2 and len(by_c[8].samples) == 1

@@ -105,3 +105,25 @@ def test_cli_predict_needs_one_source(capsys):
         main(["predict", "--gpu", "h200"])
     assert e.value.code == 2
     assert "either --profile" in capsys.readouterr().err
+
+
+def test_predicted_profiles_carry_no_invented_samples_or_residuals(qwen_h200):
+    for p in [*qwen_h200.generation, *qwen_h200.training]:
+        assert p.samples == [] and p.predicted is not None
+    g = next(p for p in qwen_h200.generation if p.status == "ok")
+    m = load_model(qwen_h200)
+    assert g.tokens_per_s == pytest.approx(m.generation_tokens_per_s(g.concurrency, g.prompt_len, g.output_len))
+    assert g.cv is None and g.tokens_per_s_samples == []
+    assert load_fit(qwen_h200).generation.rms_rel_residual is None
+    t = qwen_h200.training[0]
+    assert t.step_s == pytest.approx(m.train_step_s(t.micro_batch, t.seq_len) + m.train.optimizer_step_s)
+
+
+def test_a_profile_that_is_not_utf8_is_a_one_line_error(tmp_path):
+    from conftest import assert_user_error, run_cli
+
+    bad = tmp_path / "bin.json"
+    bad.write_bytes(b"\xff\xfe\x00binary")
+    for args in (["fit", str(bad)], ["report", str(bad), "-o", str(tmp_path / "r.html")],
+                 ["predict", "--profile", str(bad)]):
+        assert_user_error(run_cli(*args), "not utf-8")

@@ -26,7 +26,7 @@ from throughputlab.fit.schema import FitResult, GenerationFit, ParamEstimate, Pe
 from throughputlab.hardware.peaks import INTER_NODE_BYTES_PER_S, device_names, link_bandwidth, lookup, peak_flops
 from throughputlab.models.spec import ModelSpec, dtype_bytes
 from throughputlab.profile import (
-    Environment, GenPoint, GenSample, Hardware, Profile, SweepSettings, TrainPoint, TrainSample, now_iso,
+    Environment, GenPoint, GenPrediction, Hardware, Profile, SweepSettings, TrainPoint, TrainPrediction, now_iso,
 )
 from throughputlab.roofline import ADAM_BYTES_PER_PARAM, VLLM_GPU_MEMORY_UTILIZATION, Costs
 from throughputlab.throughput import CommParams, DecodeParams, PrefillParams, ThroughputModel, TrainParams
@@ -244,26 +244,24 @@ def _predicted_points(model: ThroughputModel, concurrency, prompt_len, output_le
             if model.kv_cache_tokens is not None and c * (prompt_len + output_len) > model.kv_cache_tokens:
                 status, err = "skipped", (f"{c} sequences of {prompt_len + output_len} tokens exceed the KV cache "
                                           f"({model.kv_cache_tokens} tokens)")
-            td = model.decode_step_s(c, prompt_len + output_len / 2)
+            td = model.decode_step_s(c, rf.mean_context(prompt_len, output_len))
             tp = model.prefill_s(c, prompt_len)
-            dec = max(output_len - 1, 0) * td
-            sample = GenSample(total_s=model.gen_overhead_s + tp + dec, output_tokens=c * output_len, prefill_s=tp,
-                               decode_s=dec, decode_step_s=[td])
+            total = float(rf.static_batch_s(tp, td, output_len, model.gen_overhead_s))
             gen.append(GenPoint(backend="predicted", concurrency=c, prompt_len=prompt_len, output_len=output_len,
-                                status=status, error=err, samples=[sample]))
+                                status=status, error=err,
+                                predicted=GenPrediction(total_s=total, prefill_s=tp, decode_step_s=td)))
     if model.train is not None:
         max_b = model.max_micro_batch()
         t = model.train
         for b in micro_batches:
             step = model.train_step_s(b, seq_len) + t.optimizer_step_s
-            mem = None
-            if t.mem0_bytes is not None and t.mem_per_sample_bytes:
-                mem = int(t.mem0_bytes + b * t.mem_per_sample_bytes)
+            mem = model.memory_bytes(b)
+            mem = None if mem is None else int(mem)
             status, err = "ok", None
             if max_b is not None and b > max_b:
                 status, err = "oom", f"predicted peak memory exceeds the device memory (largest micro-batch {max_b})"
             train.append(TrainPoint(backend="predicted", micro_batch=b, seq_len=seq_len, status=status, error=err,
-                                    samples=[TrainSample(step_s=step)], peak_mem_bytes=mem))
+                                    predicted=TrainPrediction(step_s=step), peak_mem_bytes=mem))
     return gen, train
 
 

@@ -96,6 +96,18 @@ class GenSample(Strict):
     probe_decode_step_s: list[float] = []
 
 
+class GenPrediction(Strict):
+    """What a model predicts at a generation point (a predicted profile holds no samples)."""
+
+    total_s: float  # one batch of `concurrency` requests, prefill and decode
+    prefill_s: float
+    decode_step_s: float
+
+
+class TrainPrediction(Strict):
+    step_s: float  # one micro-step and its optimizer step
+
+
 class GenPoint(Strict):
     kind: Literal["generation"] = "generation"
     backend: str
@@ -111,6 +123,7 @@ class GenPoint(Strict):
     peak_mem_bytes: Optional[int] = None
     telemetry: Optional[TelemetrySummary] = None
     host_profile: Optional[HostProfile] = None
+    predicted: Optional[GenPrediction] = None  # predicted profiles: the model's figures, no samples
     measured_at: str = Field(default_factory=now_iso)
 
     @property
@@ -125,11 +138,15 @@ class GenPoint(Strict):
     @property
     def tokens_per_s(self) -> Optional[float]:
         """Median output tokens/s over the whole request (prefill included), like vLLM's benchmark."""
+        if not self.samples and self.predicted is not None:
+            return self.concurrency * self.output_len / self.predicted.total_s
         return median(self.tokens_per_s_samples)
 
     @property
     def decode_step_s(self) -> Optional[float]:
         """Median time of one decode step (every sequence emits one token)."""
+        if not self.samples and self.predicted is not None:
+            return self.predicted.decode_step_s
         steps = [x for s in self.samples for x in s.decode_step_s]
         if steps:
             return median(steps)
@@ -143,6 +160,8 @@ class GenPoint(Strict):
 
     @property
     def prefill_s(self) -> Optional[float]:
+        if not self.samples and self.predicted is not None:
+            return self.predicted.prefill_s
         return median([s.prefill_s for s in self.samples if s.prefill_s is not None])
 
     @property
@@ -196,6 +215,7 @@ class TrainPoint(Strict):
     telemetry: Optional[TelemetrySummary] = None
     host_profile: Optional[HostProfile] = None
     effective_lr: Optional[dict[str, float]] = None  # ||dW||/||W|| per parameter group, last step
+    predicted: Optional[TrainPrediction] = None  # predicted profiles: the model's figures, no samples
     measured_at: str = Field(default_factory=now_iso)
 
     @property
@@ -208,10 +228,14 @@ class TrainPoint(Strict):
 
     @property
     def tokens_per_s(self) -> Optional[float]:
+        if not self.samples and self.predicted is not None:
+            return self.micro_batch * self.seq_len / self.predicted.step_s
         return median(self.tokens_per_s_samples)
 
     @property
     def step_s(self) -> Optional[float]:
+        if not self.samples and self.predicted is not None:
+            return self.predicted.step_s
         return median([s.step_s for s in self.samples])
 
     @property
@@ -233,7 +257,7 @@ class EngineInfo(Strict):
 
 class Profile(Strict):
     schema_version: Literal[1] = SCHEMA_VERSION
-    kind: Literal["measured", "predicted"] = "measured"
+    kind: Literal["measured", "predicted", "imported"] = "measured"  # imported: another tool's benchmark
     model: ModelSpec
     hardware: Hardware
     environment: Environment
@@ -340,6 +364,9 @@ class Profile(Strict):
             text = path.read_text()
         except FileNotFoundError:
             raise UserError(f"profile {path} does not exist") from None
+        except UnicodeDecodeError as e:
+            raise UserError(f"profile {path} is not a throughputlab profile: not UTF-8 text "
+                            f"(byte {e.object[e.start]:#04x} at position {e.start})") from None
         except OSError as e:
             raise UserError(f"cannot read profile {path}: {e.strerror or e}") from None
         try:

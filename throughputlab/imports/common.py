@@ -4,7 +4,7 @@ imported points go into.
 
 An imported profile has no probe, no micro-benchmarks and no environment of its own: the
 hardware is the datasheet row of ``--gpu``, the environment says where the numbers came from.
-Its ``kind`` is "measured" (the schema has no "imported" kind yet); ``notes`` name the source
+Its ``kind`` is "imported"; ``notes`` name the source
 files and what the source did not measure.
 """
 
@@ -179,7 +179,7 @@ def imported_profile(target: Target, points: list[GenPoint], *, backend: str, so
         warmup=0, repeats=max(len(p.samples) for p in ok), rounds=1,
     )
     return Profile(
-        kind="measured",
+        kind="imported",
         model=target.spec,
         hardware=Hardware(device_type="cuda", device_name=ds.device, datasheet=ds, memory_total_bytes=ds.memory_bytes),
         environment=Environment(python="", platform="", hostname=source, command_line=command_line or []),

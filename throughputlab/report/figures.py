@@ -28,8 +28,8 @@ def _t(text: str) -> str:
 
 
 def profile_label(p: Profile) -> str:
-    if p.kind == "predicted":
-        return f"{p.model.name} on {p.hardware.device_name} (predicted)"
+    if p.kind in ("predicted", "imported"):
+        return f"{p.model.name} on {p.hardware.device_name} ({p.kind})"
     backend = p.settings.gen_backend or p.settings.train_backend or ""
     return f"{p.model.name} on {p.hardware.device_name}" + (f", {backend}" if backend else "")
 

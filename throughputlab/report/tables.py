@@ -49,7 +49,7 @@ def _telemetry(point) -> str:
 def points_tables(p: Profile, fit: Optional[FitResult]) -> list[tuple[str, pd.DataFrame]]:
     label = profile_label(p)
     util = {(u.phase, u.x): u for u in (fit.utilisation if fit else [])}
-    own = fit is not None and p.kind == "measured"  # a prediction's stored errors belong to the measured profile
+    own = fit is not None and p.kind != "predicted"  # a prediction's stored errors belong to the measured profile
     loo = {pt.x: pt for pt in (fit.generation.points if own and fit.generation else [])}
     rows = []
     for g in sorted(p.generation, key=lambda g: g.concurrency):
