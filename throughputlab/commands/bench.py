@@ -251,11 +251,16 @@ def print_summary(console, profile) -> None:
             t.add_row(str(p.micro_batch), p.status, _f(p.tokens_per_s, "{:,.1f}"), _f(p.step_s, "{:.1f}", 1e3),
                       _f(p.cv, "{:.1f}", 100), _f(p.peak_mem_bytes, "{:.2f}", 2**-30))
         console.print(t)
+        from throughputlab.fit.schema import memory_statement
+        from throughputlab.fit.training import fit_memory
         from throughputlab.sweep import largest_fitting
 
-        fit = largest_fitting(profile.training)
-        if fit is not None:
-            console.print(f"largest micro-batch that fits: {fit} (larger ones ran out of memory)")
+        mem = fit_memory(profile)  # the same statement `fit` and `report` print
+        if mem is not None:
+            console.print(memory_statement(mem))
+        elif largest_fitting(profile.training) is not None:
+            console.print(f"largest micro-batch that fits: {largest_fitting(profile.training)} measured "
+                          "(larger ones ran out of memory; too few points for a memory line)")
 
 
 def _f(x, fmt: str, scale: float = 1.0) -> str:

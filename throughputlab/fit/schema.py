@@ -226,6 +226,21 @@ def load_model(profile: Profile) -> ThroughputModel:
     return fit_profile(profile, bootstrap=0).model
 
 
+def memory_statement(mem: MemoryFit) -> str:
+    """The largest micro-batch from a fitted memory line, beside what the sweep observed."""
+    gib = 2 ** 30
+    if mem.max_micro_batch is not None:
+        text = (f"largest micro-batch that fits: {mem.max_micro_batch} (memory line M0 + b*m within "
+                f"{mem.device_memory_bytes / gib:.3g} GiB")
+        capped = mem.smallest_oom_micro_batch is not None and mem.max_micro_batch == mem.smallest_oom_micro_batch - 1
+        text += f", capped below the OOM at {mem.smallest_oom_micro_batch})" if capped else ")"
+    else:
+        text = "largest micro-batch that fits: unknown from the memory line" + (f" ({mem.note})" if mem.note else "")
+    seen = [f"largest ok {mem.largest_ok_micro_batch}" if mem.largest_ok_micro_batch is not None else None,
+            f"smallest OOM {mem.smallest_oom_micro_batch}" if mem.smallest_oom_micro_batch is not None else "no OOM"]
+    return text + "; measured: " + ", ".join(x for x in seen if x)
+
+
 def micro_batch_statement(result: FitResult) -> Optional[str]:
     """The one sentence every command prints about the largest micro-batch: the memory line's
     answer, and beside it what the sweep observed (largest ok, smallest OOM), each labelled."""
@@ -233,21 +248,10 @@ def micro_batch_statement(result: FitResult) -> Optional[str]:
     if m.train is None:
         return None
     mem = result.training.memory if result.training else None
+    if mem is not None:
+        return memory_statement(mem)
     line = m.max_micro_batch()
-    gib = 2 ** 30
-    if line is not None:
-        t = m.train
-        src = "predicted memory" if result.method != "fit" else "memory line M0 + b*m"
-        text = f"largest micro-batch that fits: {line} ({src} within {t.device_memory_bytes / gib:.3g} GiB"
-        text += f", capped below the OOM at {t.smallest_oom_micro_batch})" if (
-            t.smallest_oom_micro_batch is not None and t.smallest_oom_micro_batch - 1 == line) else ")"
-    else:
-        text = "largest micro-batch that fits: unknown from the memory line"
-        if mem is not None and mem.note:
-            text += f" ({mem.note})"
-    if mem is not None and (mem.largest_ok_micro_batch is not None or mem.smallest_oom_micro_batch is not None):
-        seen = [f"largest ok {mem.largest_ok_micro_batch}" if mem.largest_ok_micro_batch is not None else None,
-                f"smallest OOM {mem.smallest_oom_micro_batch}" if mem.smallest_oom_micro_batch is not None
-                else "no OOM"]
-        text += "; measured: " + ", ".join(x for x in seen if x)
-    return text
+    if line is None:
+        return "largest micro-batch that fits: unknown (no memory line)"
+    src = "predicted memory" if result.method != "fit" else "memory line M0 + b*m"
+    return f"largest micro-batch that fits: {line} ({src} within {m.train.device_memory_bytes / 2 ** 30:.3g} GiB)"
