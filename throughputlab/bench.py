@@ -164,7 +164,7 @@ def run_bench(spec: BenchSpec, run: RunOptions, hooks: Hooks = Hooks()) -> Profi
             else:
                 backend = gen_cls(resolved, dtype=dtype, device=device, seed=spec.seed,
                                   max_concurrency=max(concurrency) if concurrency else m.auto_cap,
-                                  max_len=gen.prompt_len + gen.output_len, engine_args=gen.engine_args)
+                                  max_len=gen.prompt_len + gen.output_len, engine_args=engine_args(gen))
             try:
                 backend.start()
                 profile.engine = backend.engine_info()
@@ -197,6 +197,18 @@ def run_bench(spec: BenchSpec, run: RunOptions, hooks: Hooks = Hooks()) -> Profi
 def _values(xs) -> Optional[list[int]]:
     """The sweep runner's form: None for `auto`."""
     return None if xs == "auto" else list(xs)
+
+
+def engine_args(gen) -> dict:
+    """The engine's arguments: the user's, with the tensor-parallel size and its executor."""
+    args = dict(gen.engine_args)
+    if gen.tensor_parallel > 1:
+        if args.get("tensor_parallel_size", gen.tensor_parallel) != gen.tensor_parallel:
+            raise UserError(f"--tensor-parallel {gen.tensor_parallel} and --engine-arg tensor_parallel_size="
+                            f"{args['tensor_parallel_size']} disagree: give one")
+        args["tensor_parallel_size"] = gen.tensor_parallel
+        args.setdefault("distributed_executor_backend", "mp")
+    return args
 
 
 def _served_name(resolved: ResolvedModel) -> Optional[str]:

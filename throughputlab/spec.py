@@ -68,6 +68,7 @@ class GenerationSpec(_Section):
     prompt_len: PositiveInt = 64
     output_len: Annotated[int, Field(ge=2)] = 32  # one token from the prefill, at least one decode step
     engine_args: dict[str, Any] = {}
+    tensor_parallel: PositiveInt = 1  # vllm: one engine over this many devices (tensor_parallel_size)
     url: Optional[str] = None  # openai backend
     served_model: Optional[str] = None  # openai backend: the name the server expects
 
@@ -135,6 +136,9 @@ class BenchSpec(_Section):
         """What one key cannot say alone."""
         if self.generation.backend == "openai" and not self.generation.url and self.run_gen:
             raise UserError("--backend openai needs --url (generation.url), e.g. --url http://127.0.0.1:8000/v1")
+        if self.generation.tensor_parallel > 1 and self.generation.backend != "vllm" and self.run_gen:
+            raise UserError(f"--tensor-parallel {self.generation.tensor_parallel} needs --backend vllm "
+                            "(generation.tensor_parallel): the hf backend runs on one device")
 
 
 DEFAULTS = BenchSpec()

@@ -26,7 +26,7 @@ CPU_GOMP_SPINCOUNT = "10000"
 # Variables set by prepare_environment on CPU when the user has not set them.
 CPU_DEFAULT_NAMES = ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_NUM_OF_RESERVED_CPU")
 # CPU variables the profile records when they are set, by us or by the user.
-CPU_RECORDED_NAMES = (*CPU_DEFAULT_NAMES, "GOMP_SPINCOUNT", "OMP_WAIT_POLICY")
+CPU_RECORDED_NAMES = (*CPU_DEFAULT_NAMES, "GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "VLLM_CPU_OMP_THREADS_BIND")
 
 
 def prepare_environment(device: str, quiet: bool = True) -> None:
@@ -62,12 +62,31 @@ def is_env_name(key: str) -> bool:
     return bool(key) and key.isupper() and key.replace("_", "").isalnum() and not key[0].isdigit()
 
 
-def engine_environment(device: str, user_env: Optional[dict] = None) -> tuple[dict[str, str], list[str]]:
+def cpu_thread_binds(ranks: int) -> str:
+    """One core list per tensor-parallel rank for vllm-cpu (VLLM_CPU_OMP_THREADS_BIND), the cores
+    this process may use divided evenly: "0|1" for 2 ranks on 2 cores."""
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    if ranks > len(cores):
+        from throughputlab.errors import UserError
+
+        raise UserError(f"--tensor-parallel {ranks} needs at least {ranks} cores on CPU, this process has {len(cores)}")
+    per = len(cores) // ranks
+    lists = [cores[i * per:(i + 1) * per] for i in range(ranks)]
+    return "|".join(f"{c[0]}-{c[-1]}" if len(c) > 1 else str(c[0]) for c in lists)
+
+
+def engine_environment(device: str, user_env: Optional[dict] = None,
+                       tensor_parallel: int = 1) -> tuple[dict[str, str], list[str]]:
     """Environment the engine's processes start with, beyond the current one: the user's
     ``--engine-arg`` variables, plus (on CPU, with no reserved core, when the user set no
-    OpenMP wait setting) a short libgomp spin. Returns (variables, names set by default)."""
+    OpenMP wait setting) a short libgomp spin, and one core list per rank for tensor parallelism.
+    Returns (variables, names set by default)."""
     env = {k: str(v) for k, v in (user_env or {}).items()}
     defaults = []
+    if device == "cpu" and tensor_parallel > 1 and "VLLM_CPU_OMP_THREADS_BIND" not in env \
+            and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_thread_binds(tensor_parallel)
+        defaults.append("VLLM_CPU_OMP_THREADS_BIND")
     if device == "cpu":
         reserved = env.get("VLLM_CPU_NUM_OF_RESERVED_CPU", os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU"))
         user_omp = any(k in env or k in os.environ for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY"))

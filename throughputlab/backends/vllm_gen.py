@@ -192,7 +192,8 @@ class VLLMGenerationBackend:
         if self._cpu_env_defaults is None:  # first start: which CPU variables the user had not set
             self._cpu_env_defaults = unset_cpu_defaults(self.user_env)
         prepare_environment(self.device, quiet=not log.isEnabledFor(logging.INFO))
-        self._engine_env, self._env_defaults = engine_environment(self.device, self.user_env)
+        tp = int(self.user_engine_args.get("tensor_parallel_size", 1) or 1)
+        self._engine_env, self._env_defaults = engine_environment(self.device, self.user_env, tp)
         if self.device == "cpu":
             self._env_defaults = sorted(self._cpu_env_defaults | set(self._env_defaults))
         vllm = import_vllm()

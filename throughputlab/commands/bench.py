@@ -22,7 +22,7 @@ SPEC_FLAGS = {
     "dtype": "dtype", "device": "device", "warmup": "measurement.warmup", "repeats": "measurement.repeats",
     "rounds": "measurement.rounds", "max_cv": "measurement.max_cv", "max_remeasure": "measurement.max_remeasure",
     "auto_cap": "measurement.auto_cap", "random_weights": "random_weights", "trust_remote_code": "trust_remote_code",
-    "engine_args": "generation.engine_args", "url": "generation.url", "served_model": "generation.served_model",
+    "engine_args": "generation.engine_args", "tensor_parallel": "generation.tensor_parallel", "url": "generation.url", "served_model": "generation.served_model",
     "telemetry": "telemetry.enabled", "telemetry_hz": "telemetry.hz", "py_spy": "py_spy.enabled",
     "py_spy_points": "py_spy.points", "track_effective_lr": "training.effective_lr", "seed": "seed",
 }
@@ -94,6 +94,10 @@ def _shown(value) -> str:
              help="Random weights for a model folder or hub id (presets always use them).")
 @spec_option("--trust-remote-code", "trust_remote_code", is_flag=True,
              help="Allow a model folder/hub id to run its own Python code.")
+@spec_option("--tensor-parallel", "tensor_parallel", type=int,
+             help="vllm: one engine over N devices (vLLM's tensor_parallel_size, its mp executor; on CPU one core "
+                  "list per rank in VLLM_CPU_OMP_THREADS_BIND, e.g. 0|1). The fit treats the engine as one, "
+                  "up to N times one device's peak.")
 @spec_option("--engine-arg", "engine_args", multiple=True, metavar="KEY=VALUE",
              help="Pass an option to the engine, e.g. --engine-arg gpu_memory_utilization=0.8 (repeatable).")
 @spec_option("--url", "url", help="Base URL of an OpenAI-compatible server, for --backend openai.")
