@@ -245,3 +245,27 @@ def test_two_nodes_through_nnodes_node_rank_and_rdzv_endpoint(tmp_path):
     (rec,) = result.ranks.points
     assert rec.nodes == 2 and rec.world_size == 2 and rec.rank_micro_batches == [1, 1] and len(rec.memory) == 2
     assert not (tmp_path / "node1" / "p.json").exists()  # only rank 0, on node 0, writes the profile
+
+
+def test_cli_bench_on_two_ranks_writes_ok_points_and_leaves_nothing(tmp_path):
+    """`throughputlab bench -m tiny --only train --nproc-per-node 2` as a user runs it."""
+    import json
+
+    import psutil
+
+    from conftest import assert_user_error, run_cli
+    from throughputlab.profile import Profile
+
+    out = tmp_path / "ranks.json"
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    r = run_cli("bench", "-m", "tiny", "--only", "train", "--nproc-per-node", "2", "-b", "1,2", "--seq-len", "16",
+                "--rounds", "1", "--repeats", "2", "--no-telemetry", "-o", str(out), timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "2 ranks" in " ".join(r.stdout.split())
+    prof = Profile.load(out)
+    assert [(p.micro_batch, p.status) for p in prof.training] == [(1, "ok"), (2, "ok")]
+    side = json.loads(out.with_name("ranks.ranks.json").read_text())
+    assert side["world_size"] == 2
+    assert not ({p.pid for p in psutil.Process().children(recursive=True)} - before)
+    assert_user_error(run_cli("bench", "-m", "tiny", "--nproc-per-node", "2", "-o", str(tmp_path / "x.json")),
+                      "add --only train")

@@ -110,6 +110,17 @@ def _shown(value) -> str:
              help="Only these concurrencies/micro-batches are profiled with --py-spy.")
 @spec_option("--effective-lr", "track_effective_lr", is_flag=True,
              help="Record ||dW||/||W|| per parameter group in training points.")
+@click.option("--nproc-per-node", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Training on N ranks per machine under PyTorch's launcher (torch.distributed.run) with FSDP2 "
+                   "(fully_shard per decoder block and the root; bf16 parameters, fp32 gradient reduction); NCCL "
+                   "on GPUs, gloo on CPU. Runs the training sweep only (--only train).")
+@click.option("--nnodes", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Machines of the training run; start the same command on each with its --node-rank.")
+@click.option("--node-rank", type=click.IntRange(min=0), default=0, show_default=True, help="This machine's rank.")
+@click.option("--rdzv-endpoint", default=None, metavar="HOST:PORT",
+              help="Where the machines meet (node 0's address); needed with --nnodes above 1.")
+@click.option("--activation-checkpointing", is_flag=True,
+              help="With --nproc-per-node: recompute each decoder block's forward in the backward (non-reentrant).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the HTML report here at the end.")
 @spec_option("--seed", "seed", type=int, help="Seed for weights and synthetic tokens.")
@@ -121,7 +132,8 @@ def _shown(value) -> str:
 @click.pass_context
 def bench(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, ...], print_spec: bool,
           output: Optional[Path], resume: bool, force: bool, report_path: Optional[Path], allocator: str,
-          **flags) -> None:
+          nproc_per_node: int, nnodes: int, node_rank: int, rdzv_endpoint: Optional[str],
+          activation_checkpointing: bool, **flags) -> None:
     """Measure generation tokens/s against concurrency and training tokens/s against micro-batch.
 
     Writes a profile (JSON) after every point, so Ctrl-C or a crash keeps what was measured;
@@ -171,12 +183,40 @@ def bench(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, .
     check_writable(run.output)
     if report_path is not None:
         check_writable(report_path, "--report")
+    layout = None
+    if nproc_per_node > 1 or nnodes > 1:
+        from throughputlab.distributed.records import DistributedSpec
+
+        if spec.only != "train":
+            raise UserError("--nproc-per-node runs the training sweep on several ranks: add --only train "
+                            "(measure generation in a run of its own)")
+        if nnodes > 1 and not rdzv_endpoint:
+            raise UserError("--nnodes above 1 needs --rdzv-endpoint HOST:PORT (node 0's address)")
+        if node_rank >= nnodes:
+            raise UserError(f"--node-rank {node_rank} must be below --nnodes {nnodes}")
+        layout = DistributedSpec(nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank,
+                                 rdzv_endpoint=rdzv_endpoint, activation_checkpointing=activation_checkpointing)
+    elif activation_checkpointing:
+        raise UserError("--activation-checkpointing goes with --nproc-per-node (the FSDP2 trainer)")
     console = _console()
-    console.print(f"[bold]throughputlab bench[/]: model {spec.model}, profile -> {run.output}", highlight=False)
+    console.print(f"[bold]throughputlab bench[/]: model {spec.model}, profile -> {run.output}"
+                  + (f", {layout.world_size} ranks" if layout else ""), highlight=False)
     hooks = RichHooks(console)
     try:
         with hooks:
-            profile = run_bench(spec, run, hooks)
+            if layout is None:
+                profile = run_bench(spec, run, hooks)
+            else:
+                from throughputlab.distributed.launch import run_training_ranks
+
+                res = run_training_ranks(spec, layout, run.output, resume=resume, force=force, hooks=hooks)
+                if not res.ok:
+                    raise UserError(f"the ranks stopped: {res.message}; finished points are in {run.output}, "
+                                    f"the ranks' output in {res.log_path}; continue with --resume")
+                if res.profile is None:  # not node 0: rank 0's machine holds the profile
+                    console.print("this node's ranks finished; node 0 wrote the profile", highlight=False)
+                    return
+                profile = res.profile
     except KeyboardInterrupt:
         console.print(f"\ninterrupted: finished points are in {run.output}; "
                       f"continue with: throughputlab bench --resume -o {run.output}", highlight=False)
