@@ -24,7 +24,7 @@ def _analysis_lines(a: LawAnalysis, label: str) -> list[str]:
         elif o.note:
             lines.append(f"  N={o.params:.3g} D={o.tokens:.3g}: {o.note}")
     if a.law is None:
-        lines.append(f"  law: not fitted (needs 2+ located optima)")
+        lines.append("  law: not fitted (needs 2+ located optima)")
         return lines
     lines.append(f"  log {label}* = c0 + alpha log N + beta log D over {a.law.n_groups} groups: "
                  f"alpha {_fmt_coef(a.law.coef('alpha'))}, beta {_fmt_coef(a.law.coef('beta'))}"
