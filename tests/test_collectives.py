@@ -355,3 +355,26 @@ def test_gpu_topology_without_a_driver_falls_back():
         assert len(g.pairs) == n * (n - 1) // 2
     else:
         assert g.source == "unavailable" and g.note and not g.pairs
+
+
+def test_hardware_command_records_the_collectives_and_a_fit_uses_them(tmp_path):
+    """`throughputlab hardware --collectives 2 -o hw.json`: the record carries the benchmark and
+    the topology; a profile whose hardware holds it gets the measured rates in its model."""
+    import json
+
+    from conftest import run_cli
+    from throughputlab.fit import fit_profile
+    from throughputlab.machine import Hardware
+
+    out = tmp_path / "hw.json"
+    r = run_cli("hardware", "--device", "cpu", "--no-bench", "--collectives", "2", "-o", str(out), timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "all_reduce" in r.stdout or "all-reduce" in r.stdout
+    hw = Hardware.model_validate(json.loads(out.read_text()))
+    assert hw.collectives.world_size == 2 and hw.topology is not None
+    from _synth import make_profile
+
+    prof = make_profile(concurrencies=(1, 2, 4, 8), micro_batches=(1, 2, 4))
+    prof.hardware.collectives = hw.collectives
+    comm = fit_profile(prof).model.comm
+    assert comm is not None and comm.tp_busbw_bytes_per_s == hw.collectives.comm_params().tp_busbw_bytes_per_s

@@ -18,6 +18,9 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from throughputlab.hardware.collectives import CollectiveBench
+from throughputlab.hardware.topology import Topology
+
 
 class Strict(BaseModel):
     """A stored record: an unknown key is an error, not silently dropped."""
@@ -95,6 +98,8 @@ class Hardware(Strict):
     memory_total_bytes: Optional[int] = None  # of the device the sweep ran on
     microbench: Optional[MicroBench] = None
     datasheet: Optional[DatasheetPeak] = None
+    collectives: Optional[CollectiveBench] = None  # `throughputlab hardware --collectives N`
+    topology: Optional[Topology] = None
 
 
 # ---------------------------------------------------------------- recording

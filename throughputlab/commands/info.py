@@ -16,12 +16,30 @@ from throughputlab.errors import UserError
 @click.option("--dtype", default="auto", show_default=True, help="dtype of the micro-benchmarks (auto: as bench picks it).")
 @click.option("--no-bench", is_flag=True, help="Skip the copy/matmul micro-benchmarks.")
 @click.option("--json", "as_json", is_flag=True, help="Print the hardware record as JSON.")
-def hardware(device: str, dtype: str, no_bench: bool, as_json: bool) -> None:
-    """Describe the device: GPUs through NVML (or the CPU), datasheet peaks, measured copy GB/s and matmul TFLOP/s."""
+@click.option("--collectives", "nproc", type=click.IntRange(min=2), default=None, metavar="N",
+              help="Also time all-reduce, all-gather and reduce-scatter on N ranks under torch.distributed.run "
+                   "(NCCL on GPUs, gloo on CPU: there it checks mechanics, not NCCL's speed), with the topology.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the hardware record (with the collectives) as JSON here.")
+def hardware(device: str, dtype: str, no_bench: bool, as_json: bool, nproc: Optional[int],
+             output: Optional[Path]) -> None:
+    """Describe the device: GPUs through NVML (or the CPU), datasheet peaks, measured copy GB/s and matmul
+    TFLOP/s, and with --collectives N the bus bandwidth of the collectives between N devices."""
     from throughputlab.hardware.probe import probe, resolve_device, resolve_dtype
 
     dev = resolve_device(device)
     hw = probe(dev, resolve_dtype(dtype, dev), run_microbench=not no_bench)
+    if nproc is not None:
+        from throughputlab.hardware.collectives import CollectiveRunError, measure_collectives, table_lines
+        from throughputlab.hardware.topology import topology
+
+        try:
+            hw.collectives = measure_collectives(nproc, "cuda" if dev.startswith("cuda") else "cpu")
+        except CollectiveRunError as e:
+            raise UserError(f"--collectives {nproc}: the ranks failed ({e})") from None
+        hw.topology = hw.collectives.topology or topology()
+    if output is not None:
+        output.write_text(hw.model_dump_json(indent=1))
     if as_json:
         click.echo(hw.model_dump_json(indent=2))
         return
@@ -47,6 +65,9 @@ def hardware(device: str, dtype: str, no_bench: bool, as_json: bool) -> None:
                 if m.gemv_bandwidth_bytes_per_s else "")
         click.echo(f"measured ({m.dtype}): copy {m.copy_bandwidth_bytes_per_s / 1e9:,.1f} GB/s (read+write), "
                    f"{gemv}matmul {m.matmul_flops_per_s / 1e12:,.3f} TFLOP/s (n={m.matmul_n})")
+    if hw.collectives is not None:
+        for line in table_lines(hw.collectives):
+            click.echo(line)
 
 
 @click.command()

@@ -48,6 +48,7 @@ def fit_profile(profile: Profile, *, bootstrap: int = 0, seed: int = DEFAULT_SEE
         source="fit", costs=costs, decode=dec_params, prefill=pre_params, train=tr_params,
         kv_cache_tokens=engine.kv_cache_tokens if engine else None,
         max_num_seqs=engine.max_num_seqs if engine else None, gen_overhead_s=overhead,
+        comm=_comm(profile, warnings),
     )
     if gen is not None:
         c_top = max(p.concurrency for p in gen_pts)
@@ -59,3 +60,15 @@ def fit_profile(profile: Profile, *, bootstrap: int = 0, seed: int = DEFAULT_SEE
         method="fit", created_at=now_iso(), model=model, peaks=peaks, generation=gen, prefill=pre, training=tr,
         utilisation=utilisation(profile, costs, peaks), warnings=warnings, bootstrap_samples=bootstrap,
     )
+
+
+def _comm(profile: Profile, warnings: list[str]):
+    """Collective rates measured on the profile's machine (``throughputlab hardware --collectives``)."""
+    bench = profile.hardware.collectives
+    if bench is None:
+        return None
+    try:
+        return bench.comm_params()
+    except ValueError as e:
+        warnings.append(f"the collective benchmark has no usable fit ({e}): communication not modelled")
+        return None
