@@ -318,20 +318,25 @@ def activation_bytes_per_sequence(spec: ModelSpec, seq_len: int, bytes_per_param
 # ---------------------------------------------------------------- many devices
 
 
+def bus_factor(op: str, n: int) -> float:
+    """nccl-tests' bus bandwidth over algorithm bandwidth: 2(n-1)/n for all-reduce, (n-1)/n for
+    all-gather and reduce-scatter (their bytes the full buffer), so rank counts compare."""
+    return 2 * (n - 1) / n if op == "all_reduce" else (n - 1) / n
+
+
 def allreduce_s(nbytes, n: int, busbw: float, alpha_s: float = 0.0):
-    """All-reduce of ``nbytes`` over n ranks: alpha + m*2(n-1)/n / busbw, with nccl-tests' bus
-    bandwidth (busbw = algbw * 2(n-1)/n, so rank counts compare); 0 on one rank."""
+    """All-reduce of ``nbytes`` over n ranks: alpha + m*bus_factor/busbw; 0 on one rank."""
     if n <= 1:
         return _out(np.zeros_like(np.asarray(nbytes, dtype=float)))
-    return _out(alpha_s + np.asarray(nbytes, dtype=float) * 2 * (n - 1) / n / busbw)
+    return _out(alpha_s + np.asarray(nbytes, dtype=float) * bus_factor("all_reduce", n) / busbw)
 
 
 def allgather_s(nbytes, n: int, busbw: float, alpha_s: float = 0.0):
-    """All-gather (or reduce-scatter) whose full buffer is ``nbytes``: alpha + m*(n-1)/n / busbw
-    (nccl-tests: busbw = algbw * (n-1)/n); 0 on one rank."""
+    """All-gather (or reduce-scatter) whose full buffer is ``nbytes``: alpha + m*bus_factor/busbw;
+    0 on one rank."""
     if n <= 1:
         return _out(np.zeros_like(np.asarray(nbytes, dtype=float)))
-    return _out(alpha_s + np.asarray(nbytes, dtype=float) * (n - 1) / n / busbw)
+    return _out(alpha_s + np.asarray(nbytes, dtype=float) * bus_factor("all_gather", n) / busbw)
 
 
 reduce_scatter_s = allgather_s
@@ -383,6 +388,18 @@ def fsdp_comm_s(costs: Costs, n: int, busbw: float, alpha_s: float = 0.0, reduce
 def exposed_s(compute_s, comm_s, hidden_share: float):
     """A step whose communication overlaps its compute: compute + the share of comm not hidden."""
     return _out(compute_s + (1.0 - hidden_share) * np.asarray(comm_s, dtype=float))
+
+
+def measured_memory_per_rank(mem0_measured: float, costs: Costs, n: int) -> float:
+    """A one-device memory line's intercept on one of n FSDP ranks: the training state it holds
+    (16 bytes per parameter) sharded n ways, the rest (buffers, the runtime) as measured."""
+    return max(mem0_measured - training_state_bytes(costs) * (1 - 1 / max(n, 1)), 0.0)
+
+
+def activations_at(mem_per_sample: float, seq_len: float, measured_seq_len: float) -> float:
+    """A measured per-sequence activation slope at another sequence length (linear in S: the
+    flash-attention activations of Korthikanti et al. 2022)."""
+    return mem_per_sample * seq_len / measured_seq_len
 
 
 def fsdp_memory_per_rank_bytes(costs: Costs, n: int, b, activation_per_sequence: float):

@@ -60,6 +60,7 @@ from typing import TYPE_CHECKING, Literal, Optional
 from pydantic import BaseModel, ConfigDict
 
 from throughputlab.errors import UserError
+from throughputlab.roofline import bus_factor
 from throughputlab.hardware.topology import Topology
 from throughputlab.hardware.torchrun import LauncherTimeout, failure_summary, read_log, run_tree
 
@@ -82,11 +83,6 @@ def default_sizes(device: str) -> list[int]:
         sizes.append(s)
         s *= 4
     return sizes
-
-
-def bus_factor(op: Op, n: int) -> float:
-    """nccl-tests' bus bandwidth factor: 2(n-1)/n for all-reduce, (n-1)/n for all-gather and reduce-scatter."""
-    return 2 * (n - 1) / n if op == "all_reduce" else (n - 1) / n
 
 
 # ---------------------------------------------------------------- records
