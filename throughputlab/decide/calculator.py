@@ -173,9 +173,11 @@ def rank(rows: list[Row], baseline_index: int = 0, notes: Optional[list[str]] = 
     return rows, rec, notes
 
 
-def decide_from_spec(spec: DecideSpec) -> list[Decision]:
+def decide_from_spec(spec: DecideSpec, adjust_step=None) -> list[Decision]:
     """Load the profile(s) named in the spec, fit them if needed, and decide for each placement of
-    the cluster (one, or every one that fits with ``placement: search``), best first."""
+    the cluster (one, or every one that fits with ``placement: search``), best first.
+    ``adjust_step(step_model, step_time) -> StepTime``, when given, sees (and may rescale) every
+    step time before it is ranked (decide/against.py: calibration from a run log)."""
     from throughputlab import roofline as rf
     from throughputlab.fit import load_model
     from throughputlab.profile import Profile
@@ -195,7 +197,8 @@ def decide_from_spec(spec: DecideSpec) -> list[Decision]:
     cluster = spec.cluster
     legacy = cluster is None and (spec.train_profile is not None or spec.shape.overlap != "colocated")
     if legacy:
-        return [decide(spec, model, train_model=train_model, bytes_per_param=prof.bytes_per_param, caps=caps)]
+        return [decide(spec, model, train_model=train_model, bytes_per_param=prof.bytes_per_param, caps=caps,
+                       adjust_step=adjust_step)]
     cluster = cluster or ClusterSpec()
     if cluster.placement == "colocated" and spec.shape.overlap != "colocated":
         raise UserError(f"--overlap {spec.shape.overlap} needs separate devices: use --placement split")
@@ -207,7 +210,7 @@ def decide_from_spec(spec: DecideSpec) -> list[Decision]:
         try:
             decisions.append(decide(spec, model, train_model=train_model, bytes_per_param=prof.bytes_per_param,
                                     caps=caps, placement=pl, cluster=cluster, activation_per_sequence=act,
-                                    on_gpu=prof.hardware.device_type == "cuda"))
+                                    on_gpu=prof.hardware.device_type == "cuda", adjust_step=adjust_step))
         except UserError as err:
             if cluster.placement != "search":
                 raise
@@ -232,7 +235,7 @@ def best_time(d: Decision) -> float:
 def decide(spec: DecideSpec, model: ThroughputModel, train_model: Optional[ThroughputModel] = None,
            bytes_per_param: Optional[int] = None, caps: Optional[EngineCaps] = None,
            placement: Optional[Placement] = None, cluster: Optional[ClusterSpec] = None,
-           activation_per_sequence: Optional[float] = None, on_gpu: bool = False) -> Decision:
+           activation_per_sequence: Optional[float] = None, on_gpu: bool = False, adjust_step=None) -> Decision:
     """Build the rows from the throughput model and the spec, then :func:`rank` them."""
     if spec.group < 1:
         raise UserError(f"--group must be a positive integer, got {spec.group}")
@@ -300,6 +303,8 @@ def decide(spec: DecideSpec, model: ThroughputModel, train_model: Optional[Throu
     base_index = 0
     for p in prompts:
         st = steps.step(p, spec.group)
+        if adjust_step is not None:
+            st = adjust_step(steps, st)
         b = float(p * unit_mult)
         q = b / st.step_s
         rec_lr = scale_lr(lr_ref, lr_ref_batch, b, spec.lr.rule) if lr_ref is not None else None

@@ -153,6 +153,17 @@ def build_spec(spec_file: Optional[Path], **flags: Any):
                    "0.9 split]")
 @click.option("--activation-checkpointing", is_flag=True, default=None,
               help="Training recomputes each block's forward (veRL's default): 4x instead of 3x forward FLOPs.")
+@click.option("--against", default=None, metavar="LOG",
+              help="RL run log (veRL JSONL, TRL trainer_state.json, CSV): per phase, its time beside the model's "
+                   "for the same batch, response lengths and devices, and the ratio.")
+@click.option("--calibrate-from", default=None, metavar="LOG",
+              help="RL run log: fit per-phase factors (logged / predicted) and decide with the calibrated times.")
+@click.option("--log-format", type=click.Choice(["verl", "trl", "csv"]), default=None,
+              help="The run log's format. [default: from the file]")
+@click.option("--log-column", "log_columns", multiple=True, metavar="NAME=KEY",
+              help="Read phase NAME from the log's key or column KEY (repeatable), as in `import runlog --column`.")
+@click.option("--log-prompts", type=int, default=None,
+              help="Prompts per step of the logged run. [default: the single --prompts value]")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write the decision as JSON.")
 @click.option("--html", "html_out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write an HTML report.")
 def decide(spec_file: Optional[Path], json_out: Optional[Path], html_out: Optional[Path], **flags) -> None:
@@ -169,8 +180,18 @@ def decide(spec_file: Optional[Path], json_out: Optional[Path], html_out: Option
 
     from throughputlab.decide.report import placements_section, placements_text
 
+    from throughputlab.decide.against import LOG_FLAGS, LogChecks
+
+    logs = {k: flags.pop(k) for k in LOG_FLAGS}
     spec = build_spec(spec_file, **flags)
-    decisions = decide_from_spec(spec)
+    checks = LogChecks(spec, **logs) if any(logs.values()) else None
+    if checks is not None:
+        spec = checks.spec
+        click.echo(checks.text())
+        click.echo("")
+    decisions = decide_from_spec(spec, adjust_step=checks.hook if checks else None)
+    for d in decisions if checks else ():
+        d.notes[:0] = checks.notes()
     if len(decisions) > 1:
         click.echo(placements_text(decisions))
         click.echo("")
@@ -182,6 +203,8 @@ def decide(spec_file: Optional[Path], json_out: Optional[Path], html_out: Option
         data = decisions[0].model_dump(mode="json")
         if len(decisions) > 1:
             data = {**data, "placements": [d.model_dump(mode="json") for d in decisions]}
+        if checks is not None:
+            data = {**data, **checks.json()}
         _write(json_out, json.dumps(data, indent=1), "--json")
         click.echo(f"wrote {json_out}")
     if html_out:

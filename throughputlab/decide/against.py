@@ -1,0 +1,419 @@
+"""The model against a real RL run: per phase, the logged time beside the model's prediction for
+the run's batch, response lengths and devices (``decide --against LOG``), and per-phase
+efficiencies fitted from a log that the decision then uses (``decide --calibrate-from LOG``).
+
+The prediction is the decision's own: :func:`decide_from_spec` at the log's batch, with a hook
+that keeps the step model and the step time it computed (no cost is computed here). The model's
+phases map onto the log's as follows: ``gen`` the rollout, ``logprob`` and ``ref`` one forward
+pass each (the model's log-prob time holds both), ``values`` the critic's forward pass and
+``update_critic`` the rest of the critic's time, ``update_actor`` the policy update, ``sync`` the
+weight sync, ``step`` the whole step. A calibration factor is the median over steps of logged /
+predicted; it multiplies that phase's whole predicted time at every batch size, so the model
+still says how a phase scales with the batch and the factor only sets its level.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from statistics import NormalDist
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict
+
+from throughputlab.decide.calculator import DecideSpec, LRSpec, SamplesSpec, decide_from_spec
+from throughputlab.decide.cluster import idle_shares
+from throughputlab.decide.steptime import ResponseSpec, StepModel, StepTime, _passes_s
+from throughputlab.errors import UserError
+from throughputlab.imports.runlog import RunLog, Spread, load_run_log, spread
+
+MODEL_PHASES = ("gen", "logprob", "ref", "values", "update_critic", "update_actor", "sync")
+ROWS = (*MODEL_PHASES, "other", "step")
+APPLIES_TO = ("each factor multiplies its phase's whole predicted time at every batch size (the model keeps "
+              "how the phase scales with the batch)")
+DEFAULT_DEVICES = "the profile's devices"
+LOG_FLAGS = ("against", "calibrate_from", "log_format", "log_columns", "log_prompts")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PhaseCheck(_Model):
+    """One phase: the log's time over steps beside the model's, and their ratio."""
+
+    phase: str
+    log_key: Optional[str] = None
+    logged: Optional[Spread] = None  # seconds over the logged steps; None: not logged
+    predicted_s: Optional[float] = None  # None: the model has no such phase
+    ratio: Optional[float] = None  # logged median / predicted (the median over steps of logged / predicted)
+    calibrated_s: Optional[float] = None
+    calibrated_ratio: Optional[float] = None  # logged median / calibrated
+    status: str = "compared"  # compared | not logged | not in the model: why
+
+
+class LogCheck(_Model):
+    log: str
+    format: str
+    steps: int
+    prompts: int
+    group: int
+    responses: int
+    batch_from: str  # which flag gave the log's batch
+    response_lengths: str
+    response_lengths_from: str
+    placement: Optional[str] = None
+    overlap: str
+    phases: list[PhaseCheck]
+    notes: list[str] = []
+    calibrated_from: Optional[str] = None
+
+
+class Calibration(_Model):
+    """Per-phase factors (logged / predicted) that the decision's step times are multiplied by."""
+
+    log: str
+    factors: dict[str, float]
+    uncalibrated: dict[str, str]  # phase -> why it keeps factor 1
+    step_only: bool = False  # only the whole step is logged: its factor scales every phase
+    applies_to: str = APPLIES_TO
+
+    def factor(self, phase: str) -> float:
+        if self.step_only:
+            return self.factors.get("step", 1.0)
+        return self.factors.get(phase, 1.0)
+
+    def describe(self) -> str:
+        if self.step_only:
+            text = (f"calibrated from {self.log}: step x{self.factors['step']:.3g} (only the whole step is logged, "
+                    "so it scales every phase)")
+        else:
+            text = f"calibrated from {self.log}: " + ", ".join(f"{k} x{v:.3g}" for k, v in self.factors.items())
+        if self.uncalibrated:
+            text += "; uncalibrated (factor 1): " + ", ".join(f"{k} ({why})" for k, why in self.uncalibrated.items())
+        return f"{text}; {APPLIES_TO}"
+
+
+# ---------------------------------------------------------------- reading the log
+
+
+def read_log(path: str, option: str, fmt: Optional[str], columns: tuple[str, ...]) -> RunLog:
+    """The run log behind ``option``; its errors name the option (and --log-format/--log-column)."""
+    renames = {}
+    for item in columns or ():
+        name, sep, key = item.partition("=")
+        if not sep:
+            raise UserError(f"--log-column expects NAME=KEY (gen=my_gen_time), got {item!r}")
+        renames[name.strip()] = key.strip()
+    try:
+        return load_run_log(path, fmt, renames)
+    except UserError as e:
+        msg = str(e).replace("--column", "--log-column").replace("--format", "--log-format")
+        raise UserError(msg if msg.startswith("--") else f"{option} {msg}") from None
+
+
+def lengths_from_log(rl: RunLog, responses: int) -> tuple[str, str]:
+    """A lognormal response-length form from the log's per-step mean and max (and clip ratio):
+    mean = the median per-step mean; cut = the longest logged response; sigma such that the
+    share of responses cut equals the logged clip ratio, or, without clipping, such that the
+    median per-step max is the batch's expected longest (the 1 - 1/(n+1) quantile)."""
+    mean = rl.response_length_summary()
+    if mean is None:
+        raise UserError(f"{rl.path}: no response lengths logged (response_length/mean, completions/mean_length "
+                        "or a response_length column): give --response-dist or --response-lengths")
+    extra = rl.extra_summary()
+    m, top, clip = mean.median, extra.get("response_length_max"), extra.get("clip_ratio")
+    seen = f"per-step mean {m:.4g} tokens"
+    if top is None or top.max <= m:
+        return f"lognormal:mean={m:.6g},sigma=0.6", f"run log {rl.path}: {seen}, no max logged (sigma 0.6)"
+    cut = int(round(top.max))
+    if clip is not None and clip.median > 0:
+        tail, longest = min(clip.median, 0.5), float(cut)
+        seen += f", max {cut}, {clip.median:.1%} cut"
+    else:
+        tail, longest = 1 / (responses + 1), top.median
+        seen += f", max {top.median:.4g}"
+    z = NormalDist().inv_cdf(1 - tail)
+    # exp(mu + z*sigma) = longest with mu = ln(m) - sigma^2/2
+    disc = z * z - 2 * math.log(max(longest, m) / m)
+    sigma = z - math.sqrt(disc) if disc >= 0 else z
+    return (f"lognormal:mean={m:.6g},sigma={max(sigma, 0.0):.4g},max={cut}",
+            f"run log {rl.path}: {seen}")
+
+
+def log_batch(spec: DecideSpec, log_prompts: Optional[int], option: str, path: str) -> tuple[int, str]:
+    if log_prompts is not None:
+        if log_prompts < 1:
+            raise UserError(f"--log-prompts must be a positive integer, got {log_prompts}")
+        return log_prompts, "--log-prompts"
+    if len(spec.prompts) == 1:
+        return spec.prompts[0], "--prompts"
+    if not spec.prompts:
+        raise UserError(f"{option} {path}: the log does not record its batch: give its prompts per step with "
+                        "--prompts N (or --log-prompts N beside the candidates) and --group")
+    raise UserError(f"{option} {path}: --prompts has {len(spec.prompts)} values and the log does not record which "
+                    "batch it ran: give its prompts per step with --log-prompts N")
+
+
+# ---------------------------------------------------------------- the model at the log's batch
+
+
+def predicted_phases(steps: StepModel, st: StepTime) -> dict[str, float]:
+    """The model's time of each phase the log can hold, for one step time."""
+    tr = steps.shape.train
+    passes = int(tr.old_logprob) + int(tr.ref_logprob)
+    out = {"gen": st.gen_s}
+    if tr.old_logprob:
+        out["logprob"] = st.logprob_s / passes
+    if tr.ref_logprob:
+        out["ref"] = st.logprob_s / passes
+    if steps.critic_model is not None:
+        values = _critic_forward_s(steps, st)
+        out["values"], out["update_critic"] = values, st.critic_s - values
+    out.update(update_actor=st.train_s, sync=st.sync_s, step=st.step_s)
+    return out
+
+
+def _critic_forward_s(steps: StepModel, st: StepTime) -> float:
+    """The value forward pass inside the step's critic time (as StepModel.step sums it)."""
+    per_device = -(-st.responses // st.train_devices)
+    return _passes_s(per_device, steps.critic_micro_batch, st.seq_len_mean, steps.critic_model.forward_s)
+
+
+def _missing_reason(phase: str) -> str:
+    if phase in ("values", "update_critic"):
+        return "not in the model: GRPO has no critic (--algo ppo models one)"
+    if phase == "logprob":
+        return "not in the model: train.old_logprob is off in the RL shape"
+    if phase == "ref":
+        return "not in the model: train.ref_logprob is off in the RL shape"
+    return "not in the model"
+
+
+def calibrated_step(steps: StepModel, st: StepTime, cal: Calibration) -> StepTime:
+    """The step time with each phase multiplied by its factor, put together as StepModel.step
+    does: in sequence, or ``max(t_gen, t_learn) + t_sync`` when generation overlaps training."""
+    f = cal.factor
+    tr = steps.shape.train
+    passes = int(tr.old_logprob) + int(tr.ref_logprob)
+    per_pass = st.logprob_s / passes if passes else 0.0
+    gen = st.gen_s * f("gen")
+    logprob = per_pass * (f("logprob") * tr.old_logprob + f("ref") * tr.ref_logprob)
+    critic = 0.0
+    if steps.critic_model is not None:
+        values = _critic_forward_s(steps, st)
+        critic = values * f("values") + (st.critic_s - values) * f("update_critic")
+    train, sync = st.train_s * f("update_actor"), st.sync_s * f("sync")
+    learn = logprob + train + critic
+    total = (max(gen, learn) if st.overlap == "off-policy" else gen + learn) + sync
+    gen_mean = (st.gen_engine_mean_s if st.gen_engine_mean_s is not None else st.gen_s) * f("gen")
+    idle = idle_shares(steps.placement, gen, gen_mean, learn, total) if steps.placement is not None else {}
+    return st.model_copy(update={"gen_s": gen, "logprob_s": logprob, "train_s": train, "critic_s": critic,
+                                 "sync_s": sync, "step_s": total, "gen_engine_mean_s": gen_mean, "idle_share": idle})
+
+
+def _ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
+    return a / b if a is not None and b is not None and b > 0 else None
+
+
+def check_log(spec: DecideSpec, path: str, option: str, fmt: Optional[str] = None, columns: tuple[str, ...] = (),
+              log_prompts: Optional[int] = None, user_lengths: bool = False):
+    """Compare one run log with the model at its batch; returns (LogCheck, the DecideSpec used for
+    the log, the StepModel and StepTime of the prediction)."""
+    if spec.cluster is not None and spec.cluster.placement == "search":
+        raise UserError(f"{option} compares one placement: give the logged run's with --placement colocated or "
+                        "split (and --gen-gpus, --engine-tp), not search")
+    rl = read_log(path, option, fmt, columns)
+    prompts, batch_from = log_batch(spec, log_prompts, option, path)
+    responses = prompts * spec.group
+    shape = spec.shape
+    source = "--response-dist/--response-lengths or the spec file"
+    if not user_lengths:
+        dist, source = lengths_from_log(rl, responses)
+        shape = shape.model_copy(update={"response": ResponseSpec(dist=dist)})
+    log_spec = spec.model_copy(update={"prompts": [prompts], "baseline": None, "shape": shape,
+                                       "samples": SamplesSpec(nstar="flat"), "lr": LRSpec()})
+    seen: list[tuple[StepModel, StepTime]] = []
+
+    def keep(steps: StepModel, st: StepTime) -> StepTime:
+        seen.append((steps, st))
+        return st
+
+    decision = decide_from_spec(log_spec, adjust_step=keep)[0]
+    steps, st = seen[0]
+    predicted = predicted_phases(steps, st)
+    logged = rl.phase_summary()
+    rows = []
+    for phase in ROWS:
+        if phase == "other":
+            row = _other_row(rl, st)
+            if row is not None:
+                rows.append(row)
+            continue
+        got, pred = logged.get(phase), predicted.get(phase)
+        if got is None and pred is None:
+            continue
+        status = "compared" if got is not None and pred is not None else (
+            "not logged" if got is None else _missing_reason(phase))
+        rows.append(PhaseCheck(phase=phase, log_key=rl.keys.get(phase), logged=got, predicted_s=pred,
+                               ratio=_ratio(got.median if got else None, pred), status=status))
+    notes = [f"predicted at the same batch, response lengths and devices; ratio = logged median / predicted "
+             f"(the median over the {len(rl.steps)} step(s) of logged / predicted)"]
+    notes.extend(_batch_note(rl, spec, st, batch_from))
+    if rl.skipped:
+        notes.append(f"{rl.skipped} record(s) without phase times skipped")
+    check = LogCheck(log=str(path), format=rl.format, steps=len(rl.steps), prompts=prompts, group=spec.group,
+                     responses=responses, batch_from=batch_from, response_lengths=steps.dist.describe(),
+                     response_lengths_from=source, placement=decision.placement, overlap=st.overlap,
+                     phases=rows, notes=notes)
+    return check, log_spec, steps, st
+
+
+def _other_row(rl: RunLog, st: StepTime) -> Optional[PhaseCheck]:
+    """The logged step's time outside the logged phases (reward, advantages, checkpoints...)."""
+    if st.overlap == "off-policy":
+        return None  # overlapped phases do not add up to the step
+    rest = [s.phases_s["step"] - sum(v for k, v in s.phases_s.items() if k != "step")
+            for s in rl.steps if "step" in s.phases_s and len(s.phases_s) > 1]
+    if not rest:
+        return None
+    return PhaseCheck(phase="other", log_key="step - logged phases", logged=spread(rest),
+                      status="not in the model: reward, advantages, checkpoints and what else the step holds")
+
+
+def _batch_note(rl: RunLog, spec: DecideSpec, st: StepTime, batch_from: str) -> list[str]:
+    tokens = rl.extra_summary().get("tokens")
+    if tokens is None or tokens.median <= 0:
+        return []
+    implied = tokens.median / st.seq_len_mean
+    if abs(implied / st.responses - 1) <= 0.25:
+        return []
+    return [f"the log's tokens per step ({tokens.median:.4g}) make about {implied:.0f} responses of "
+            f"{st.seq_len_mean:.0f} tokens, against the {st.responses} given ({batch_from} x --group): "
+            "check the batch and --prompt-len"]
+
+
+def fit_calibration(check: LogCheck) -> Calibration:
+    """Per-phase factors from a comparison: logged median / predicted for each phase both have."""
+    by = {p.phase: p for p in check.phases}
+    factors, uncalibrated = {}, {}
+    for phase in MODEL_PHASES:
+        row = by.get(phase)
+        if row is None or row.predicted_s is None:
+            continue
+        if row.logged is None:
+            uncalibrated[phase] = "not logged"
+        elif row.ratio is None:
+            uncalibrated[phase] = "predicted 0 s"
+        else:
+            factors[phase] = row.ratio
+    step = by.get("step")
+    if not factors and step is not None and step.ratio is not None:
+        return Calibration(log=check.log, factors={"step": step.ratio}, uncalibrated={}, step_only=True)
+    if not factors:
+        raise UserError(f"--calibrate-from {check.log}: no phase both logged and modelled to fit a factor from "
+                        "(--log-column PHASE=KEY names the log's keys)")
+    return Calibration(log=check.log, factors=factors, uncalibrated=uncalibrated)
+
+
+def fill_calibrated(check: LogCheck, steps: StepModel, st: StepTime, cal: Calibration) -> None:
+    """The calibrated prediction beside each phase of ``check``."""
+    check.calibrated_from = cal.log
+    total = calibrated_step(steps, st, cal).step_s
+    for row in check.phases:
+        if row.predicted_s is None:
+            continue
+        row.calibrated_s = total if row.phase == "step" else row.predicted_s * cal.factor(row.phase)
+        row.calibrated_ratio = _ratio(row.logged.median if row.logged else None, row.calibrated_s)
+
+
+# ---------------------------------------------------------------- the command's part
+
+
+class LogChecks:
+    """What ``decide --against/--calibrate-from`` adds: the comparisons, the calibration, the
+    decision's spec (response lengths from the log when the user gave none) and its step hook."""
+
+    def __init__(self, spec: DecideSpec, against: Optional[str] = None, calibrate_from: Optional[str] = None,
+                 log_format: Optional[str] = None, log_columns: tuple[str, ...] = (),
+                 log_prompts: Optional[int] = None):
+        if not (against or calibrate_from):
+            used = [f"--{n}" for n, v in (("log-format", log_format), ("log-column", log_columns),
+                                          ("log-prompts", log_prompts)) if v]
+            raise UserError(f"{', '.join(used)}: only with a run log; give --against LOG or --calibrate-from LOG")
+        user_lengths = "response" in spec.shape.model_fields_set
+        kw = dict(fmt=log_format, columns=log_columns, log_prompts=log_prompts, user_lengths=user_lengths)
+        self.spec = spec
+        self.checks: list[LogCheck] = []
+        self.calibration: Optional[Calibration] = None
+        if calibrate_from:
+            check, log_spec, steps, st = check_log(spec, calibrate_from, "--calibrate-from", **kw)
+            self.calibration = fit_calibration(check)
+            fill_calibrated(check, steps, st, self.calibration)
+            self.checks.append(check)
+            self.spec = spec.model_copy(update={"shape": log_spec.shape})
+        if against and (not calibrate_from or Path(against).resolve() != Path(calibrate_from).resolve()):
+            check, log_spec, steps, st = check_log(spec, against, "--against", **kw)
+            if self.calibration is not None:
+                fill_calibrated(check, steps, st, self.calibration)
+            else:
+                self.spec = spec.model_copy(update={"shape": log_spec.shape})
+            self.checks.append(check)
+        self.lengths_note = None if user_lengths else \
+            f"response lengths for the decision from {self.checks[0].response_lengths_from}"
+
+    def adjust(self, steps: StepModel, st: StepTime) -> StepTime:
+        return calibrated_step(steps, st, self.calibration) if self.calibration is not None else st
+
+    @property
+    def hook(self):
+        return self.adjust if self.calibration is not None else None
+
+    def notes(self) -> list[str]:
+        out = [self.calibration.describe() + " (the table's step times are the calibrated ones)"] \
+            if self.calibration is not None else []
+        return out + ([self.lengths_note] if self.lengths_note else [])
+
+    def json(self) -> dict:
+        data: dict = {"run_logs": [c.model_dump(mode="json") for c in self.checks]}
+        if self.calibration is not None:
+            data["calibration"] = self.calibration.model_dump(mode="json")
+        return data
+
+    def text(self) -> str:
+        return "\n\n".join([*(check_text(c) for c in self.checks),
+                            *([self.calibration.describe()] if self.calibration is not None else [])])
+
+
+def _s(x: Optional[float]) -> str:
+    return "-" if x is None else f"{x:.3g}"
+
+
+def check_text(c: LogCheck) -> str:
+    """The comparison as a terminal table, with its batch, lengths and devices above it."""
+    what = "fitted from" if c.calibrated_from == c.log else "against"
+    lines = [f"{what} {c.log} ({c.format}, {c.steps} step(s)): {c.prompts} prompts x {c.group} = {c.responses} "
+             f"responses per step ({c.batch_from}); {c.placement or DEFAULT_DEVICES}"
+             + (", one-step off-policy" if c.overlap == "off-policy" else ""),
+             f"response lengths: {c.response_lengths} (from {c.response_lengths_from})"]
+    cal = c.calibrated_from is not None
+    head = ["phase", "log key", "steps", "logged s", "p10-p90 s", "predicted s", "logged/predicted"]
+    head += ["calibrated s", "logged/calibrated"] if cal else []
+    table = []
+    for p in c.phases:
+        g = p.logged
+        row = [p.phase, p.log_key or "-", str(g.n) if g else "-", _s(g.median) if g else "not logged",
+               f"{g.p10:.3g}-{g.p90:.3g}" if g else "-", _s(p.predicted_s), _r(p.ratio)]
+        row += [_s(p.calibrated_s), _r(p.calibrated_ratio)] if cal else []
+        table.append(row + ([p.status] if p.status.startswith("not in") else []))
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *table)]
+    fmt = lambda cells: "  ".join(str(x).ljust(w) if i < 2 else str(x).rjust(w)  # noqa: E731
+                                  for i, (x, w) in enumerate(zip(cells, widths)))
+    lines += [fmt(head), fmt(["-" * w for w in widths])]
+    lines += [fmt(r) + (f"  {r[len(head)]}" if len(r) > len(head) else "") for r in table]
+    lines += [f"note: {n}" for n in c.notes]
+    return "\n".join(lines)
+
+
+def _r(x: Optional[float]) -> str:
+    return "-" if x is None else f"{x:.2f}"
