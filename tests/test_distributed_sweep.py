@@ -34,7 +34,7 @@ def _spec(micro_batches) -> BenchSpec:
 
 
 def _layout(n: int = 2) -> DistributedSpec:
-    return DistributedSpec(nproc_per_node=n, comm_profile_steps=1, collective_timeout_s=120)
+    return DistributedSpec(nproc_per_node=n, comm_profile_steps=1, collective_timeout_s=120, collectives=False)
 
 
 def _run(path, micro_batches, n=2, **kw):
@@ -266,6 +266,12 @@ def test_cli_bench_on_two_ranks_writes_ok_points_and_leaves_nothing(tmp_path):
     assert [(p.micro_batch, p.status) for p in prof.training] == [(1, "ok"), (2, "ok")]
     side = json.loads(out.with_name("ranks.ranks.json").read_text())
     assert side["world_size"] == 2
+    for p in prof.training:  # every point records its layout
+        assert p.layout.world_size == 2 and p.layout.fsdp and not p.layout.activation_checkpointing
+    # the launcher timed the collectives on the two ranks first; the hardware record keeps them
+    bench = prof.hardware.collectives
+    assert bench is not None and bench.world_size == 2 and bench.backend == "gloo"
+    assert {op.op for op in bench.ops} == {"all_reduce", "all_gather", "reduce_scatter"}
     assert not ({p.pid for p in psutil.Process().children(recursive=True)} - before)
     assert_user_error(run_cli("bench", "-m", "tiny", "--nproc-per-node", "2", "-o", str(tmp_path / "x.json")),
                       "add --only train")

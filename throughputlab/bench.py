@@ -139,6 +139,7 @@ def run_bench(spec: BenchSpec, run: RunOptions, hooks: Hooks = Hooks()) -> Profi
     train_cls = load_backend_class("training", train.backend) if spec.run_train else None
 
     from throughputlab.hardware.probe import probe, resolve_device, resolve_dtype
+    from throughputlab.parallel import ParallelLayout
 
     device = "cpu" if gen.backend == "openai" and not spec.run_train else resolve_device(spec.device)
     dtype = resolve_dtype(spec.dtype, device)
@@ -170,7 +171,8 @@ def run_bench(spec: BenchSpec, run: RunOptions, hooks: Hooks = Hooks()) -> Profi
                 profile.engine = backend.engine_info()
                 profile.save(run.output)
                 run_generation(profile, run.output, backend, concurrency, prompt_len=gen.prompt_len,
-                               output_len=gen.output_len, hygiene=m, hooks=hooks, extras=extras)
+                               output_len=gen.output_len, hygiene=m, hooks=hooks, extras=extras,
+                               layout=ParallelLayout.generation(tp=gen.tensor_parallel))
             finally:
                 backend.close()
         if train_cls is not None:
@@ -179,7 +181,7 @@ def run_bench(spec: BenchSpec, run: RunOptions, hooks: Hooks = Hooks()) -> Profi
             try:
                 backend.start()
                 run_training(profile, run.output, backend, _values(train.micro_batches), seq_len=train.seq_len,
-                             hygiene=m, hooks=hooks, extras=extras)
+                             hygiene=m, hooks=hooks, extras=extras, layout=ParallelLayout.training())
             finally:
                 backend.close()
     finally:

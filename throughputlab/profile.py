@@ -22,6 +22,7 @@ from throughputlab.machine import (  # noqa: F401
     CpuInfo, DatasheetPeak, Environment, GpuInfo, Hardware, MicroBench, Strict, now_iso,
 )
 from throughputlab.models.spec import ModelSpec
+from throughputlab.parallel import SINGLE, ParallelLayout
 from throughputlab.spec import BenchSpec, SweepSettings  # noqa: F401
 
 SCHEMA_VERSION = 1
@@ -94,6 +95,9 @@ class GenSample(Strict):
     # widths shrunk (EngineInfo.overhead_probe), run right after this repeat
     probe_prefill_s: Optional[float] = None
     probe_decode_step_s: list[float] = []
+    # data parallel: each replica's wall time for its own `concurrency` requests (total_s, prefill
+    # and decode are the slowest replica's)
+    replica_total_s: list[float] = []
 
 
 class GenPrediction(Strict):
@@ -124,6 +128,7 @@ class GenPoint(Strict):
     telemetry: Optional[TelemetrySummary] = None
     host_profile: Optional[HostProfile] = None
     predicted: Optional[GenPrediction] = None  # predicted profiles: the model's figures, no samples
+    layout: Optional[ParallelLayout] = None  # None: one device (older profiles)
     measured_at: str = Field(default_factory=now_iso)
 
     @property
@@ -157,6 +162,25 @@ class GenPoint(Strict):
     def decode_tokens_per_s(self) -> Optional[float]:
         t = self.decode_step_s
         return self.concurrency / t if t else None
+
+    @property
+    def parallel(self) -> ParallelLayout:
+        return self.layout or SINGLE
+
+    @property
+    def aggregate_tokens_per_s(self) -> Optional[float]:
+        """All engine replicas together (data parallel): every replica's tokens over the slowest one's time."""
+        t = self.tokens_per_s
+        return None if t is None else t * self.parallel.dp
+
+    @property
+    def replica_tokens_per_s(self) -> Optional[list[float]]:
+        """Per replica (data parallel), median over samples; None for one engine."""
+        rows = [s.replica_total_s for s in self.samples if s.replica_total_s]
+        if not rows or len({len(r) for r in rows}) != 1:
+            return None
+        tokens = self.concurrency * self.output_len
+        return [statistics.median(tokens / r[i] for r in rows) for i in range(len(rows[0]))]
 
     @property
     def prefill_s(self) -> Optional[float]:
@@ -216,7 +240,12 @@ class TrainPoint(Strict):
     host_profile: Optional[HostProfile] = None
     effective_lr: Optional[dict[str, float]] = None  # ||dW||/||W|| per parameter group, last step
     predicted: Optional[TrainPrediction] = None  # predicted profiles: the model's figures, no samples
+    layout: Optional[ParallelLayout] = None  # None: one device (older profiles)
     measured_at: str = Field(default_factory=now_iso)
+
+    @property
+    def parallel(self) -> ParallelLayout:
+        return self.layout or SINGLE
 
     @property
     def key(self) -> tuple:
@@ -291,43 +320,22 @@ class Profile(Strict):
                 return p
         return None
 
-    # ---- pandas views (derived columns computed here, once)
+    # ---- pandas views (throughputlab.profile_frames)
     def generation_df(self):
-        import pandas as pd
+        from throughputlab.profile_frames import generation_df
 
-        rows = [{
-            "backend": p.backend, "concurrency": p.concurrency, "prompt_len": p.prompt_len,
-            "output_len": p.output_len, "status": p.status, "tokens_per_s": p.tokens_per_s,
-            "decode_tokens_per_s": p.decode_tokens_per_s, "decode_step_ms": _ms(p.decode_step_s),
-            "prefill_ms": _ms(p.prefill_s), "cv": p.cv, "n_samples": len(p.samples),
-            "peak_mem_gib": _gib(p.peak_mem_bytes), "error": p.error,
-        } for p in self.generation]
-        return pd.DataFrame(rows, columns=_GEN_COLUMNS)
+        return generation_df(self)
 
     def training_df(self):
-        import pandas as pd
+        from throughputlab.profile_frames import training_df
 
-        rows = [{
-            "backend": p.backend, "micro_batch": p.micro_batch, "seq_len": p.seq_len, "status": p.status,
-            "tokens_per_s": p.tokens_per_s, "step_ms": _ms(p.step_s), "cv": p.cv, "n_samples": len(p.samples),
-            "peak_mem_gib": _gib(p.peak_mem_bytes), "error": p.error,
-        } for p in self.training]
-        return pd.DataFrame(rows, columns=_TRAIN_COLUMNS)
+        return training_df(self)
 
     def samples_df(self):
         """One row per raw sample (generation and training), for your own statistics."""
-        import pandas as pd
+        from throughputlab.profile_frames import samples_df
 
-        rows = []
-        for p in self.generation:
-            for i, s in enumerate(p.samples):
-                rows.append({"kind": "generation", "x": p.concurrency, "repeat": i, "time_s": s.total_s,
-                             "tokens": s.output_tokens, "prefill_s": s.prefill_s, "decode_s": s.decode_s})
-        for p in self.training:
-            for i, s in enumerate(p.samples):
-                rows.append({"kind": "training", "x": p.micro_batch, "repeat": i, "time_s": s.step_s,
-                             "tokens": p.micro_batch * p.seq_len, "prefill_s": None, "decode_s": None})
-        return pd.DataFrame(rows, columns=["kind", "x", "repeat", "time_s", "tokens", "prefill_s", "decode_s"])
+        return samples_df(self)
 
     # ---- persistence
     def save(self, path: str | os.PathLike) -> None:
@@ -387,17 +395,3 @@ class Profile(Strict):
             where = ".".join(str(x) for x in err["loc"])
             raise UserError(f"profile {path} is malformed at {where}: {err['msg']} "
                             f"({e.error_count()} problem(s) in all)") from None
-
-
-_GEN_COLUMNS = ["backend", "concurrency", "prompt_len", "output_len", "status", "tokens_per_s",
-                "decode_tokens_per_s", "decode_step_ms", "prefill_ms", "cv", "n_samples", "peak_mem_gib", "error"]
-_TRAIN_COLUMNS = ["backend", "micro_batch", "seq_len", "status", "tokens_per_s", "step_ms", "cv", "n_samples",
-                  "peak_mem_gib", "error"]
-
-
-def _ms(s: Optional[float]) -> Optional[float]:
-    return None if s is None else s * 1e3
-
-
-def _gib(b: Optional[int]) -> Optional[float]:
-    return None if b is None else b / 2**30

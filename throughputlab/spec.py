@@ -69,6 +69,7 @@ class GenerationSpec(_Section):
     output_len: Annotated[int, Field(ge=2)] = 32  # one token from the prefill, at least one decode step
     engine_args: dict[str, Any] = {}
     tensor_parallel: PositiveInt = 1  # vllm: one engine over this many devices (tensor_parallel_size)
+    data_parallel: PositiveInt = 1  # vllm: this many engine replicas on disjoint devices, measured together
     url: Optional[str] = None  # openai backend
     served_model: Optional[str] = None  # openai backend: the name the server expects
 
@@ -139,6 +140,13 @@ class BenchSpec(_Section):
         if self.generation.tensor_parallel > 1 and self.generation.backend != "vllm" and self.run_gen:
             raise UserError(f"--tensor-parallel {self.generation.tensor_parallel} needs --backend vllm "
                             "(generation.tensor_parallel): the hf backend runs on one device")
+        if self.generation.data_parallel > 1 and self.run_gen:
+            if self.generation.backend != "vllm":
+                raise UserError(f"--data-parallel {self.generation.data_parallel} needs --backend vllm "
+                                "(generation.data_parallel): replicas are vLLM engines")
+            if self.only != "gen":
+                raise UserError("--data-parallel runs the generation sweep on engine replicas: add --only gen "
+                                "(measure training in a run of its own)")
 
 
 DEFAULTS = BenchSpec()

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Generator, Iterable, Optional, Union
 
+from throughputlab.parallel import ParallelLayout
 from throughputlab.profile import GenPoint, Profile, TrainPoint
 from throughputlab.spec import Measurement
 
@@ -231,13 +232,14 @@ def _first_line(e: BaseException) -> str:
 
 def run_generation(profile: Profile, path: Path, backend, values: Optional[list[int]], *, prompt_len: int,
                    output_len: int, hygiene: Measurement, hooks: Hooks = Hooks(),
-                   extras: Optional[Extras] = None) -> None:
+                   extras: Optional[Extras] = None, layout: Optional[ParallelLayout] = None) -> None:
+    """The generation sweep; every point it measures records ``layout`` (the engine's devices)."""
     name = backend.name
     _sweep(profile, path, "generation", values, hooks, hygiene,
            key=lambda c: ("generation", name, c, prompt_len, output_len),
            measure=lambda c: measure_point(
                lambda: GenPoint(backend=name, concurrency=c, prompt_len=prompt_len, output_len=output_len,
-                                status="error"),
+                                status="error", layout=layout),
                lambda: backend.run(c, prompt_len, output_len), backend, hygiene, c, "generation", extras),
            revisit=lambda p, again: revisit_point(p, lambda: backend.run(p.concurrency, prompt_len, output_len),
                                                   backend, hygiene, p.concurrency, "generation", extras,
@@ -245,11 +247,14 @@ def run_generation(profile: Profile, path: Path, backend, values: Optional[list[
 
 
 def run_training(profile: Profile, path: Path, backend, values: Optional[list[int]], *, seq_len: int,
-                 hygiene: Measurement, hooks: Hooks = Hooks(), extras: Optional[Extras] = None) -> None:
+                 hygiene: Measurement, hooks: Hooks = Hooks(), extras: Optional[Extras] = None,
+                 layout: Optional[ParallelLayout] = None) -> None:
+    """The training sweep; every point it measures records ``layout`` (ranks, FSDP, checkpointing)."""
     name = backend.name
 
     def measure(b: int) -> TrainPoint:
-        point = measure_point(lambda: TrainPoint(backend=name, micro_batch=b, seq_len=seq_len, status="error"),
+        point = measure_point(lambda: TrainPoint(backend=name, micro_batch=b, seq_len=seq_len, status="error",
+                                                 layout=layout),
                               lambda: backend.run(b, seq_len), backend, hygiene, b, "training", extras)
         if point.status == "ok" and getattr(backend, "last_effective_lr", None):
             point.effective_lr = backend.last_effective_lr

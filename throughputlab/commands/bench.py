@@ -22,7 +22,8 @@ SPEC_FLAGS = {
     "dtype": "dtype", "device": "device", "warmup": "measurement.warmup", "repeats": "measurement.repeats",
     "rounds": "measurement.rounds", "max_cv": "measurement.max_cv", "max_remeasure": "measurement.max_remeasure",
     "auto_cap": "measurement.auto_cap", "random_weights": "random_weights", "trust_remote_code": "trust_remote_code",
-    "engine_args": "generation.engine_args", "tensor_parallel": "generation.tensor_parallel", "url": "generation.url", "served_model": "generation.served_model",
+    "engine_args": "generation.engine_args", "tensor_parallel": "generation.tensor_parallel",
+    "data_parallel": "generation.data_parallel", "url": "generation.url", "served_model": "generation.served_model",
     "telemetry": "telemetry.enabled", "telemetry_hz": "telemetry.hz", "py_spy": "py_spy.enabled",
     "py_spy_points": "py_spy.points", "track_effective_lr": "training.effective_lr", "seed": "seed",
 }
@@ -98,6 +99,11 @@ def _shown(value) -> str:
              help="vllm: one engine over N devices (vLLM's tensor_parallel_size, its mp executor; on CPU one core "
                   "list per rank in VLLM_CPU_OMP_THREADS_BIND, e.g. 0|1). The fit treats the engine as one, "
                   "up to N times one device's peak.")
+@spec_option("--data-parallel", "data_parallel", type=int,
+             help="vllm: N engine replicas on disjoint devices (each of --tensor-parallel devices), one per rank "
+                  "under torch.distributed.run, every point run on all of them at once so their interference "
+                  "shows; concurrency is per replica, the profile records each replica's time and the aggregate "
+                  "tokens/s. Needs --only gen.")
 @spec_option("--engine-arg", "engine_args", multiple=True, metavar="KEY=VALUE",
              help="Pass an option to the engine, e.g. --engine-arg gpu_memory_utilization=0.8 (repeatable).")
 @spec_option("--url", "url", help="Base URL of an OpenAI-compatible server, for --backend openai.")
@@ -121,6 +127,10 @@ def _shown(value) -> str:
               help="Where the machines meet (node 0's address); needed with --nnodes above 1.")
 @click.option("--activation-checkpointing", is_flag=True,
               help="With --nproc-per-node: recompute each decoder block's forward in the backward (non-reentrant).")
+@click.option("--collectives/--no-collectives", default=True, show_default=True,
+              help="With --nproc-per-node on one machine: time all-reduce, all-gather and reduce-scatter on the "
+                   "ranks' devices first (as `throughputlab hardware --collectives N`); the profile's hardware "
+                   "keeps them and the fit uses their rates.")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the HTML report here at the end.")
 @spec_option("--seed", "seed", type=int, help="Seed for weights and synthetic tokens.")
@@ -133,7 +143,7 @@ def _shown(value) -> str:
 def bench(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, ...], print_spec: bool,
           output: Optional[Path], resume: bool, force: bool, report_path: Optional[Path], allocator: str,
           nproc_per_node: int, nnodes: int, node_rank: int, rdzv_endpoint: Optional[str],
-          activation_checkpointing: bool, **flags) -> None:
+          activation_checkpointing: bool, collectives: bool, **flags) -> None:
     """Measure generation tokens/s against concurrency and training tokens/s against micro-batch.
 
     Writes a profile (JSON) after every point, so Ctrl-C or a crash keeps what was measured;
@@ -195,16 +205,27 @@ def bench(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, .
         if node_rank >= nnodes:
             raise UserError(f"--node-rank {node_rank} must be below --nnodes {nnodes}")
         layout = DistributedSpec(nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank,
-                                 rdzv_endpoint=rdzv_endpoint, activation_checkpointing=activation_checkpointing)
+                                 rdzv_endpoint=rdzv_endpoint, activation_checkpointing=activation_checkpointing,
+                                 collectives=collectives)
     elif activation_checkpointing:
         raise UserError("--activation-checkpointing goes with --nproc-per-node (the FSDP2 trainer)")
     console = _console()
+    replicas = spec.generation.data_parallel if spec.run_gen else 1
     console.print(f"[bold]throughputlab bench[/]: model {spec.model}, profile -> {run.output}"
-                  + (f", {layout.world_size} ranks" if layout else ""), highlight=False)
+                  + (f", {layout.world_size} ranks" if layout else "")
+                  + (f", {replicas} engine replicas" if replicas > 1 else ""), highlight=False)
     hooks = RichHooks(console)
     try:
         with hooks:
-            if layout is None:
+            if spec.generation.data_parallel > 1 and spec.run_gen:
+                from throughputlab.distributed.replicas import run_generation_replicas
+
+                res = run_generation_replicas(spec, run.output, resume=resume, force=force, hooks=hooks)
+                if not res.ok:
+                    raise UserError(f"the engine replicas stopped: {res.message}; finished points are in "
+                                    f"{run.output}, the ranks' output in {res.log_path}; continue with --resume")
+                profile = res.profile
+            elif layout is None:
                 profile = run_bench(spec, run, hooks)
             else:
                 from throughputlab.distributed.launch import run_training_ranks
@@ -281,11 +302,17 @@ def print_summary(console, profile) -> None:
     if profile.generation:
         t = Table(title=f"generation ({profile.settings.gen_backend}, prompt {profile.settings.prompt_len}, "
                         f"output {profile.settings.output_len})")
-        for col in ("concurrency", "status", "tokens/s", "decode step ms", "prefill ms", "cv %", "peak mem GiB"):
+        replicas = max(p.parallel.dp for p in profile.generation)
+        cols = ["concurrency", "status", "tokens/s", "decode step ms", "prefill ms", "cv %", "peak mem GiB"]
+        if replicas > 1:  # concurrency and the figures are per replica (the slowest one's)
+            cols[0:3] = ["concurrency per replica", "status", "tokens/s slowest replica", f"tokens/s all {replicas}"]
+        for col in cols:
             t.add_column(col, justify="right")
         for p in sorted(profile.generation, key=lambda p: p.concurrency):
-            t.add_row(str(p.concurrency), p.status, _f(p.tokens_per_s, "{:,.1f}"), _f(p.decode_step_s, "{:.2f}", 1e3),
-                      _f(p.prefill_s, "{:.1f}", 1e3), _f(p.cv, "{:.1f}", 100), _f(p.peak_mem_bytes, "{:.2f}", 2**-30))
+            extra = [_f(p.aggregate_tokens_per_s, "{:,.1f}")] if replicas > 1 else []
+            t.add_row(str(p.concurrency), p.status, _f(p.tokens_per_s, "{:,.1f}"), *extra,
+                      _f(p.decode_step_s, "{:.2f}", 1e3), _f(p.prefill_s, "{:.1f}", 1e3), _f(p.cv, "{:.1f}", 100),
+                      _f(p.peak_mem_bytes, "{:.2f}", 2**-30))
         console.print(t)
     if profile.training:
         t = Table(title=f"training ({profile.settings.train_backend}, seq {profile.settings.seq_len})")

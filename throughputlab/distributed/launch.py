@@ -56,7 +56,8 @@ class RanksResult:
         return self.status == "finished"
 
 
-def torchrun_command(job_path: Path, layout: DistributedSpec, python: str = sys.executable) -> list[str]:
+def torchrun_command(job_path: Path, layout: DistributedSpec, python: str = sys.executable,
+                     worker: str = WORKER) -> list[str]:
     """``python -m torch.distributed.run`` for the worker; ``--standalone`` on one machine without an endpoint."""
     cmd = [python, "-m", "torch.distributed.run", "--nproc-per-node", str(layout.nproc_per_node),
            "--max-restarts", "0"]
@@ -67,7 +68,7 @@ def torchrun_command(job_path: Path, layout: DistributedSpec, python: str = sys.
             raise UserError("a run on several nodes needs the rendezvous endpoint of node 0 (rdzv_endpoint HOST:PORT)")
         cmd += ["--nnodes", str(layout.nnodes), "--node-rank", str(layout.node_rank),
                 "--rdzv-endpoint", layout.rdzv_endpoint]
-    return cmd + ["-m", WORKER, str(job_path)]
+    return cmd + ["-m", worker, str(job_path)]
 
 
 def check_run(spec: BenchSpec, layout: DistributedSpec, output: Path, *, resume: bool, force: bool) -> None:
@@ -129,36 +130,67 @@ def run_training_ranks(spec: BenchSpec, layout: DistributedSpec, output: Path, *
     check_run(spec, layout, output, resume=resume, force=force)
     log_path = Path(log_path) if log_path is not None else output.with_name(output.stem + ".ranks.log")
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    collectives = measure_rank_collectives(spec, layout) if not resume else None
     with tempfile.TemporaryDirectory(prefix="throughputlab-ranks-") as tmp:
         job_path = Path(tmp) / "job.json"
         cmd = torchrun_command(job_path, layout, python)
         job = RankJob(spec=spec, layout=layout, output=str(output.resolve()), resume=resume,
-                      probe_microbench=probe_microbench, command_line=cmd)
+                      probe_microbench=probe_microbench, command_line=cmd, collectives=collectives)
         job_path.write_text(job.model_dump_json(indent=1))
         child_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1",
                      "OMP_NUM_THREADS": str(layout.threads_per_rank or 1)}
         values = None if spec.training.micro_batches == "auto" else list(spec.training.micro_batches)
         hooks.sweep_started("training", len(values) * spec.measurement.rounds if values is not None else None)
         watch = _Watch(output if layout.node_rank == 0 else None, hooks, resume)
-        with open(log_path, "ab" if resume else "wb") as logf:
-            proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env=child_env, start_new_session=True)
-            tree = ProcessTree(proc)
-            timed_out = False
-            try:
-                started = time.monotonic()
-                while proc.poll() is None:
-                    tree.snapshot()
-                    watch.poll()
-                    if timeout_s is not None and time.monotonic() - started > timeout_s:
-                        timed_out = True
-                        break
-                    time.sleep(poll_s)
-            finally:  # Ctrl-C and every other way out: nothing stays behind
-                tree.stop(grace_s)
-        watch.poll()
+        returncode, timed_out = launch_and_watch(cmd, child_env, log_path, resume=resume, poll=watch.poll,
+                                                 timeout_s=timeout_s, poll_s=poll_s, grace_s=grace_s)
         hooks.sweep_finished("training")
-    return _result(output, log_path, proc.returncode, layout, timed_out, timeout_s)
+    return _result(output, log_path, returncode, layout, timed_out, timeout_s)
+
+
+def measure_rank_collectives(spec: BenchSpec, layout: DistributedSpec):
+    """The collective benchmark on the ranks' devices of this machine, before the sweep (the
+    hardware record keeps it, and the fit takes its rates); None when off, on several machines, or
+    when it fails (said in the log: the sweep does not depend on it)."""
+    if not layout.collectives or layout.nnodes > 1 or layout.nproc_per_node < 2:
+        return None
+    from throughputlab.hardware.collectives import CollectiveRunError, measure_collectives
+
+    device = spec.device.split(":")[0]
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        return measure_collectives(layout.nproc_per_node, device, iters=10, warmup=3, timeout_s=300)
+    except (CollectiveRunError, UserError) as e:
+        log.warning("collectives benchmark skipped: %s", e)
+        return None
+
+
+def launch_and_watch(cmd: list[str], env: dict[str, str], log_path: Path, *, resume: bool, poll,
+                     timeout_s: Optional[float], poll_s: float, grace_s: float) -> tuple[int, bool]:
+    """Run the launcher ``cmd`` in a session of its own, its output appended (resume) or written to
+    ``log_path``, calling ``poll()`` while it runs; whatever way this ends, no process of its tree
+    is left. Returns (exit code, timed out)."""
+    with open(log_path, "ab" if resume else "wb") as logf:
+        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, start_new_session=True)
+        tree = ProcessTree(proc)
+        timed_out = False
+        try:
+            started = time.monotonic()
+            while proc.poll() is None:
+                tree.snapshot()
+                poll()
+                if timeout_s is not None and time.monotonic() - started > timeout_s:
+                    timed_out = True
+                    break
+                time.sleep(poll_s)
+        finally:  # Ctrl-C and every other way out: nothing stays behind
+            tree.stop(grace_s)
+    poll()
+    return proc.returncode, timed_out
 
 
 def _result(output: Path, log_path: Path, returncode: int, layout: DistributedSpec, timed_out: bool,

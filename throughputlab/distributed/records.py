@@ -20,6 +20,7 @@ from typing import Annotated, Literal, Optional
 from pydantic import Field, ValidationError
 
 from throughputlab.errors import UserError
+from throughputlab.hardware.collectives import CollectiveBench
 from throughputlab.machine import Strict, now_iso
 from throughputlab.spec import BenchSpec
 
@@ -40,6 +41,7 @@ class DistributedSpec(Strict):
     comm_profile_steps: Annotated[int, Field(ge=0)] = 2  # steps under torch.profiler per point (0: none)
     collective_timeout_s: Annotated[float, Field(gt=0)] = 600.0  # a rank stuck this long in a collective stops
     lr: Annotated[float, Field(gt=0)] = 1e-5  # AdamW, as the single-process torch backend
+    collectives: bool = True  # time the collectives on these ranks' devices before the sweep (one machine)
 
     @property
     def world_size(self) -> int:
@@ -54,6 +56,9 @@ class RankJob(Strict):
     output: str  # the profile; rank 0 writes it and ``ranks_path(output)``
     resume: bool = False
     probe_microbench: bool = True  # the hardware probe's copy/matmul benchmarks (rank 0, a few seconds)
+    collectives: Optional[CollectiveBench] = None  # measured by the launcher before the sweep
+    device: Optional[str] = None  # generation replicas: "cuda" or "cpu", as the launcher resolved it
+    devices: list[str] = []  # generation replicas: per local rank, its CUDA devices ("0,1") or CPU cores ("0|1")
     command_line: list[str] = []
 
 

