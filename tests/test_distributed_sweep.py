@@ -262,6 +262,7 @@ def test_cli_bench_on_two_ranks_writes_ok_points_and_leaves_nothing(tmp_path):
                 "--rounds", "1", "--repeats", "2", "--no-telemetry", "-o", str(out), timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "2 ranks" in " ".join(r.stdout.split())
+    assert "per rank" in r.stdout and "optimizer" in r.stdout  # each rank's shards, as measured
     prof = Profile.load(out)
     assert [(p.micro_batch, p.status) for p in prof.training] == [(1, "ok"), (2, "ok")]
     side = json.loads(out.with_name("ranks.ranks.json").read_text())
@@ -275,3 +276,29 @@ def test_cli_bench_on_two_ranks_writes_ok_points_and_leaves_nothing(tmp_path):
     assert not ({p.pid for p in psutil.Process().children(recursive=True)} - before)
     assert_user_error(run_cli("bench", "-m", "tiny", "--nproc-per-node", "2", "-o", str(tmp_path / "x.json")),
                       "add --only train")
+
+
+def test_cli_world_sizes_writes_one_profile_per_size_and_prints_the_scaling(tmp_path):
+    """`bench --only train --world-sizes 1,2 -b 1,2`: -b per rank, one profile per world size."""
+    from conftest import assert_user_error, run_cli
+    from throughputlab.profile import Profile
+
+    out = tmp_path / "ws.json"
+    r = run_cli("bench", "-m", "tiny", "--only", "train", "--world-sizes", "1,2", "-b", "1,2", "--seq-len", "16",
+                "--rounds", "1", "--no-telemetry", "--no-collectives", "-o", str(out), timeout=400)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    for n in (1, 2):
+        prof = Profile.load(tmp_path / f"ws.ws{n}.json")
+        assert [(p.micro_batch, p.status) for p in prof.training] == [(n, "ok"), (2 * n, "ok")]
+        assert all(p.layout.world_size == n and p.layout.fsdp for p in prof.training)
+    text = " ".join(r.stdout.split())
+    assert "scaling over world sizes" in text and "efficiency" in text and "%" in text
+    # a finished size is not measured again by a resumed run
+    again = run_cli("bench", "-m", "tiny", "--only", "train", "--world-sizes", "1,2", "-b", "1,2", "--seq-len", "16",
+                    "--rounds", "1", "--no-telemetry", "--no-collectives", "-o", str(out), "--resume", timeout=400)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert "(resumed)" in again.stdout
+    assert_user_error(run_cli("bench", "-m", "tiny", "--world-sizes", "1,2", "-o", str(tmp_path / "x.json")),
+                      "add --only train")
+    assert_user_error(run_cli("bench", "-m", "tiny", "--only", "train", "--world-sizes", "1,2", "-o", str(out)),
+                      "exists: pass --resume")

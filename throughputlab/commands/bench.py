@@ -120,6 +120,11 @@ def _shown(value) -> str:
               help="Training on N ranks per machine under PyTorch's launcher (torch.distributed.run) with FSDP2 "
                    "(fully_shard per decoder block and the root; bf16 parameters, fp32 gradient reduction); NCCL "
                    "on GPUs, gloo on CPU. Runs the training sweep only (--only train).")
+@click.option("--world-sizes", type=IntList(), default=None, metavar="LIST",
+              help="Training on this machine at each world size in turn, e.g. 1,2,4,8 (FSDP2 under "
+                   "torch.distributed.run, as --nproc-per-node), one profile each (OUTPUT.wsN.json); -b is then "
+                   "the micro-batch per rank, so every size trains the same per-rank batch (weak scaling), and "
+                   "the end prints tokens/s per device and the scaling efficiency against the smallest size.")
 @click.option("--nnodes", type=click.IntRange(min=1), default=1, show_default=True,
               help="Machines of the training run; start the same command on each with its --node-rank.")
 @click.option("--node-rank", type=click.IntRange(min=0), default=0, show_default=True, help="This machine's rank.")
@@ -143,7 +148,8 @@ def _shown(value) -> str:
 def bench(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, ...], print_spec: bool,
           output: Optional[Path], resume: bool, force: bool, report_path: Optional[Path], allocator: str,
           nproc_per_node: int, nnodes: int, node_rank: int, rdzv_endpoint: Optional[str],
-          activation_checkpointing: bool, collectives: bool, **flags) -> None:
+          activation_checkpointing: bool, collectives: bool, world_sizes: Optional[list[int]],
+          **flags) -> None:
     """Measure generation tokens/s against concurrency and training tokens/s against micro-batch.
 
     Writes a profile (JSON) after every point, so Ctrl-C or a crash keeps what was measured;
@@ -180,7 +186,8 @@ def bench(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, .
     layers += [specs.parse_set(item) for item in set_items]
     from throughputlab.bench import RunOptions, resume_base, run_bench
 
-    spec = specs.resolve(layers, base=resume_base(output) if resume else None)
+    # --world-sizes writes one profile per size: a resumed run repeats the first run's options
+    spec = specs.resolve(layers, base=resume_base(output) if resume and not world_sizes else None)
     if print_spec:
         import yaml
 
@@ -193,7 +200,14 @@ def bench(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, .
     check_writable(run.output)
     if report_path is not None:
         check_writable(report_path, "--report")
-    layout = None
+    layout = ranks = None
+    if world_sizes:
+        if nproc_per_node > 1 or nnodes > 1:
+            raise UserError("--world-sizes runs each size on this machine: drop --nproc-per-node and --nnodes")
+        if spec.only != "train":
+            raise UserError("--world-sizes sweeps the training ranks: add --only train")
+        _world_sizes(spec, world_sizes, run, activation_checkpointing, collectives)
+        return
     if nproc_per_node > 1 or nnodes > 1:
         from throughputlab.distributed.records import DistributedSpec
 
@@ -238,17 +252,95 @@ def bench(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, .
                     console.print("this node's ranks finished; node 0 wrote the profile", highlight=False)
                     return
                 profile = res.profile
+                ranks = res.ranks
     except KeyboardInterrupt:
         console.print(f"\ninterrupted: finished points are in {run.output}; "
                       f"continue with: throughputlab bench --resume -o {run.output}", highlight=False)
         raise SystemExit(130)
     print_summary(console, profile)
+    if ranks is not None:
+        print_ranks(console, ranks)
     console.print(f"profile written to {run.output}", highlight=False)
     if report_path is not None:
         from throughputlab.report.profile_report import write_report
 
         write_report([profile], report_path)
         console.print(f"report written to {report_path}", highlight=False)
+
+
+def _world_sizes(spec, sizes: list[int], run, activation_checkpointing: bool, collectives: bool) -> None:
+    """The training sweep at each world size, one profile each; then the scaling table."""
+    from throughputlab.distributed.launch import run_training_ranks
+    from throughputlab.distributed.records import DistributedSpec
+    from throughputlab.distributed.scaling import check_world_sizes, per_rank_micro_batches, world_size_output
+
+    sizes = check_world_sizes(sizes)
+    outputs = {n: world_size_output(run.output, n) for n in sizes}
+    for n, out in outputs.items():
+        if out.exists() and not (run.resume or run.force):
+            raise UserError(f"{out} exists: pass --resume to continue it or --force to overwrite it")
+        check_writable(out)
+    console = _console()
+    profiles = []
+    for n in sizes:
+        out = outputs[n]
+        spec_n = spec.model_copy(deep=True)
+        spec_n.training.micro_batches = per_rank_micro_batches(spec.training.micro_batches, n)
+        layout = DistributedSpec(nproc_per_node=n, activation_checkpointing=activation_checkpointing,
+                                 collectives=collectives)
+        console.print(f"[bold]throughputlab bench[/]: model {spec.model}, {n} rank(s), profile -> {out}",
+                      highlight=False)
+        hooks = RichHooks(console)
+        try:
+            with hooks:
+                res = run_training_ranks(spec_n, layout, out, resume=run.resume and out.exists(), force=run.force,
+                                         hooks=hooks)
+        except KeyboardInterrupt:
+            console.print(f"\ninterrupted: finished points are in {out}; continue with the same command and "
+                          "--resume", highlight=False)
+            raise SystemExit(130)
+        if not res.ok:
+            raise UserError(f"the {n}-rank run stopped: {res.message}; finished points are in {out}, the ranks' "
+                            f"output in {res.log_path}; continue with the same command and --resume")
+        profiles.append(res.profile)
+        print_summary(console, res.profile)
+        if res.ranks is not None:
+            print_ranks(console, res.ranks)
+    print_scaling(console, profiles)
+
+
+def print_ranks(console, ranks) -> None:
+    """Per rank of each training point: the shards' bytes as measured on the rank, peak memory, and
+    the communication no compute overlapped."""
+    from rich.table import Table
+
+    t = Table(title=f"per rank ({ranks.world_size} ranks; exposed comm: collectives no compute overlapped, "
+                    "torch.profiler; details in PROFILE.ranks.json)")
+    for col in ("micro-batch", "rank", "sequences", "params MiB", "optimizer MiB", "grads MiB", "peak mem GiB",
+                "exposed comm ms"):
+        t.add_column(col, justify="right")
+    for p in ranks.points:
+        for r, m in enumerate(p.memory):
+            peak = m.peak_allocated_bytes if m.peak_allocated_bytes is not None else m.peak_rss_bytes
+            comm = p.comm.exposed_comm_s[r] if p.comm is not None and r < len(p.comm.exposed_comm_s) else None
+            t.add_row(str(p.micro_batch), str(r), str(m.micro_batch), _f(m.param_bytes, "{:,.1f}", 2**-20),
+                      _f(m.optimizer_state_bytes, "{:,.1f}", 2**-20), _f(m.grad_bytes, "{:,.1f}", 2**-20),
+                      _f(peak, "{:.2f}", 2**-30), _f(comm, "{:.1f}", 1e3))
+    console.print(t)
+
+
+def print_scaling(console, profiles) -> None:
+    from rich.table import Table
+
+    from throughputlab.distributed.scaling import scaling_rows
+
+    t = Table(title="scaling over world sizes (the same micro-batch per rank)")
+    for col in ("per-rank micro-batch", "ranks", "tokens/s", "tokens/s per device", "efficiency"):
+        t.add_column(col, justify="right")
+    for r in scaling_rows(profiles):
+        t.add_row(str(r.per_rank), str(r.world_size), f"{r.tokens_per_s:,.1f}", f"{r.tokens_per_s_per_device:,.1f}",
+                  "-" if r.efficiency is None else f"{100 * r.efficiency:.0f}%")
+    console.print(t)
 
 
 def _console():
