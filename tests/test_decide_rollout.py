@@ -247,3 +247,110 @@ def test_a_preempted_request_of_a_running_group_recomputes_only_its_own_tokens()
     apart = simulate_rollout(m, lengths, p, caps, force_event_loop=True)
     assert shared.preemptions >= 1 and apart.preemptions >= 1
     assert shared.recompute_s < apart.recompute_s
+
+
+# ---------------------------------------------------------------- the event loop against brute force
+
+
+def kv_reference(lengths, p: int, caps: EngineCaps, group: int = 1):
+    """Step by step, request by request, every block counted again each step (slow, obvious):
+    preempt the most recently admitted while the decodes' blocks exceed the cache, admit from the
+    front of the queue only in a step that did not preempt."""
+    n = len(lengths)
+    shared = p - p // group if group > 1 else 0
+    bs, total = caps.block_size, caps.kv_cache_tokens // caps.block_size
+    max_seqs = caps.max_num_seqs or n
+    waiting = [(i, 0) for i in range(n)]  # (request, tokens generated)
+    running: list[list[int]] = []  # [request, context, tokens left], in admission order
+    in_group = [0] * n
+    rows, preemptions, kv_limited = [], 0, False
+
+    def need(r):
+        return -(-(r[1] + 1 - shared) // bs)
+
+    while waiting or running:
+        preempted = False
+        while running and sum(need(r) for r in running) > total:
+            r = running.pop()
+            waiting.insert(0, (r[0], int(lengths[r[0]]) - r[2]))
+            in_group[r[0] // group] -= 1
+            preemptions += 1
+            preempted = kv_limited = True
+        used = sum(need(r) for r in running)
+        new = []
+        while not preempted and waiting and len(running) + len(new) < max_seqs:
+            i, g = waiting[0]
+            q = p + g
+            if used + -(-(q - shared) // bs) > total:
+                kv_limited = True
+                break
+            waiting.pop(0)
+            used += -(-(q - shared) // bs)
+            new.append((i, q, max(g, 1) if group > 1 and in_group[i // group] else q))
+            in_group[i // group] += 1
+        rows.append((len(running), sum(r[1] + 1 for r in running), len(new), sum(x[2] for x in new),
+                     sum(x[2] ** 2 for x in new), sum(x[2] for x in new if x[1] > p)))
+        for r in running:
+            r[1] += 1
+            r[2] -= 1
+        running += [[i, q, int(lengths[i]) - (q - p) - 1] for i, q, _ in new]
+        for r in running:
+            if r[2] == 0:
+                in_group[r[0] // group] -= 1
+        running = [r for r in running if r[2] > 0]
+    return np.array(rows, dtype=float).reshape(-1, 6), preemptions, kv_limited
+
+
+def _columns(st):
+    return np.stack([st.dec, st.ctx, st.new, st.q1, st.q2, st.rq1], axis=1)
+
+
+def _random_case(rng):
+    group = int(rng.choice([1, 2, 4]))
+    n = max(group, int(rng.integers(2, 40)) // group * group)
+    p = int(rng.integers(1, 80))
+    bs = int(rng.choice([1, 4, 16]))
+    lengths = np.minimum(np.maximum(1, rng.lognormal(3, 1, size=n).astype(int)), 200)
+    kv = int(rng.integers(p + lengths.max() + bs, (p + lengths.max()) * 5 + 2 * bs))
+    return lengths, p, EngineCaps(max_num_seqs=int(rng.integers(1, 30)), kv_cache_tokens=kv, block_size=bs), group
+
+
+def test_event_loop_and_every_smaller_batch_match_a_brute_force_reference():
+    from throughputlab.decide.schedule import schedule_kv_prefixes
+
+    rng = np.random.default_rng(7)
+    limited = 0
+    for _ in range(60):
+        lengths, p, caps, group = _random_case(rng)
+        sizes = list(range(group, len(lengths), group))
+        full, tails = schedule_kv_prefixes(lengths, p, caps, group, sizes)
+        rows, pre, kv = kv_reference(lengths, p, caps, group)
+        assert np.array_equal(_columns(full), rows) and full.preemptions == pre and full.kv_limited == kv
+        limited += kv
+        for m in sizes:
+            rows, pre, kv = kv_reference(lengths[:m], p, caps, group)
+            t = tails[m]
+            got = np.concatenate([_columns(full)[:t.cut], _columns(t.steps)])
+            assert np.array_equal(got, rows) and t.preemptions == pre and t.kv_limited == kv
+    assert limited > 20  # the cases do exercise the cache
+
+
+@pytest.mark.parametrize("kv", [None, "tight"])
+def test_many_batch_sizes_at_once_equal_one_by_one(kv):
+    from throughputlab.decide.rollout import simulate_rollouts
+
+    m = model(prefill=True)
+    lengths = LengthDist(kind="lognormal", mean=80, sigma=0.9, max_tokens=400).sample(96, 3)
+    caps = EngineCaps(max_num_seqs=24, kv_cache_tokens=1200 if kv else None, block_size=16)
+    sizes = [4, 8, 20, 44, 60, 96]
+    many = simulate_rollouts(m, lengths, 48, sizes, caps, group=4, context_max=400)
+    assert any(r.kv_limited for r in many.values()) == bool(kv)
+    for n in sizes:
+        one = simulate_rollout(m, lengths[:n], 48, caps, group=4, context_max=400)
+        a, b = many[n].model_dump(), one.model_dump()
+        for key in ("steps", "preemptions", "kv_limited", "peak_concurrency", "n_requests", "output_tokens",
+                    "timeline_concurrency"):
+            assert a[key] == b[key], key
+        for key in ("wall_s", "decode_s", "prefill_s", "recompute_s", "mean_concurrency", "below_knee_share"):
+            assert a[key] == pytest.approx(b[key], rel=1e-9, abs=1e-12), key
+        assert a["timeline_t_s"] == pytest.approx(b["timeline_t_s"], rel=1e-9)

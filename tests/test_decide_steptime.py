@@ -94,3 +94,19 @@ def test_engine_cap_comes_from_the_rl_configuration_never_from_the_bench():
     capped = StepModel(m, shape(engine={"max_num_seqs": 16})).step(8, 8)
     assert capped.rollout.peak_concurrency == 16
     assert StepModel(m, shape()).step(8, 8).rollout.peak_concurrency == 64
+
+
+def test_all_batch_sizes_at_once_equal_each_on_its_own_over_several_engines():
+    from throughputlab.decide.cluster import Placement
+
+    m = model()
+    pl = Placement(kind="colocated", gpus=3, gen_gpus=3, train_gpus=3, tp=1)
+    sm = StepModel(m, shape(response={"dist": "lognormal:mean=60,sigma=0.9,max=300"},
+                            engine={"max_num_seqs": 16, "kv_cache_tokens": 700}), placement=pl)
+    prompts = [1, 2, 5, 9, 16]
+    together = sm.steps(prompts, 4)
+    assert any(st.rollout.kv_limited for st in together)
+    for p, st in zip(prompts, together):
+        alone = sm.step(p, 4)
+        assert st.step_s == pytest.approx(alone.step_s, rel=1e-12) and st.engine_prompts == alone.engine_prompts
+        assert st.rollout.preemptions == alone.rollout.preemptions

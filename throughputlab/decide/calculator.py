@@ -301,8 +301,7 @@ def decide(spec: DecideSpec, model: ThroughputModel, train_model: Optional[Throu
 
     rows: list[Row] = []
     base_index = 0
-    for p in prompts:
-        st = steps.step(p, spec.group)
+    for p, st in zip(prompts, steps.steps(prompts, spec.group)):
         if adjust_step is not None:
             st = adjust_step(steps, st)
         b = float(p * unit_mult)

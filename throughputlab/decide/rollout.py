@@ -17,6 +17,10 @@ prefill tokens), which one vectorised cost function turns into time:
   cumulative sum of finish/start events;
 - with KV pressure, an event loop jumps from one finish or preemption to the next,
   writing whole runs of constant-concurrency steps at once.
+
+:func:`simulate_rollouts` prices many batch sizes in one pass: the batch of the first ``n``
+requests shares the whole batch's steps up to the admission of request ``n``, so their costs
+are summed once (running totals) and each size adds only its own drain.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from pydantic import BaseModel, ConfigDict
 
 from throughputlab import roofline as rf
 from throughputlab.decide.lengths import LengthDist  # noqa: F401  (simulate_rollout's callers pass one)
-from throughputlab.decide.schedule import kv_blocks, schedule_kv, schedule_slots, Steps
+from throughputlab.decide.schedule import Steps, Tail, kv_blocks, schedule_kv_prefixes, schedule_slots, slot_tail
 from throughputlab.errors import UserError
 from throughputlab.throughput import ThroughputModel
 
@@ -116,10 +120,25 @@ def step_costs(model: ThroughputModel, st: Steps) -> tuple[np.ndarray, np.ndarra
 
 def simulate_rollout(model: ThroughputModel, lengths: Sequence[int] | np.ndarray, prompt_len: int,
                      caps: Optional[EngineCaps] = None, *, timeline_points: int = TIMELINE_POINTS,
-                     force_event_loop: bool = False, group: int = 1) -> RolloutResult:
+                     force_event_loop: bool = False, group: int = 1,
+                     context_max: Optional[int] = None) -> RolloutResult:
     """Predict the rollout of one request per entry of ``lengths`` (response tokens), all with
     ``prompt_len`` prompt tokens, under ``caps`` (default: none). ``group`` > 1: consecutive
-    requests in groups of that size share their prompt's prefill and KV (GRPO with prefix caching)."""
+    requests in groups of that size share their prompt's prefill and KV (GRPO with prefix caching).
+    ``context_max``: the longest response the knee's context grid covers (default: the longest here)."""
+    n = len(lengths)
+    return simulate_rollouts(model, lengths, prompt_len, [n], caps, timeline_points=timeline_points,
+                             force_event_loop=force_event_loop, group=group, context_max=context_max)[n]
+
+
+def simulate_rollouts(model: ThroughputModel, lengths: Sequence[int] | np.ndarray, prompt_len: int,
+                      sizes: Sequence[int], caps: Optional[EngineCaps] = None, *,
+                      timeline_points: int = TIMELINE_POINTS, force_event_loop: bool = False, group: int = 1,
+                      context_max: Optional[int] = None) -> dict[int, RolloutResult]:
+    """:func:`simulate_rollout` of the first ``n`` requests of ``lengths`` for each ``n`` in ``sizes``,
+    exactly as one by one but in one pass: a batch of the first ``n`` requests runs as the whole batch
+    does until the whole batch admits request ``n`` (first come, first served), so each smaller batch
+    shares those steps and their costs (prefix sums) and only its own drain is simulated and priced."""
     caps = caps or EngineCaps()
     lengths = np.asarray(lengths, dtype=np.int64)
     n = len(lengths)
@@ -136,16 +155,30 @@ def simulate_rollout(model: ThroughputModel, lengths: Sequence[int] | np.ndarray
                         f"got {caps.kv_cache_tokens}")
     if group < 1:
         raise UserError(f"the group size must be a positive integer, got {group}")
+    sizes = sorted({int(x) for x in sizes})
+    if not sizes or sizes[0] < 1 or sizes[-1] > n:
+        raise UserError(f"batch sizes must be between 1 and {n} requests, got {sizes}")
     slots = min(n, caps.max_num_seqs or n)
     steps: Optional[Steps] = None
+    tails: dict[int, Tail] = {}
     if not force_event_loop or caps.kv_cache_tokens is None:
         steps, starts, ends = schedule_slots(lengths, prompt_len, slots, group)
         if caps.kv_cache_tokens is not None and _kv_overflows(steps, starts, ends, prompt_len, caps, group):
-            steps = None
+            steps = None  # (a smaller batch holds a subset of these requests at every step)
+        else:
+            tails = {m: slot_tail(starts[:m], ends[:m], prompt_len, group, int(starts[m])) for m in sizes if m < n}
     if steps is None:
-        steps = schedule_kv(lengths, prompt_len, caps.model_copy(update={"max_num_seqs": slots}), group)
-    t, decode_only = step_costs(model, steps)
-    return _summarise(model, steps, t, decode_only, lengths, prompt_len, caps, timeline_points)
+        steps, tails = schedule_kv_prefixes(lengths, prompt_len, caps.model_copy(update={"max_num_seqs": slots}),
+                                            group, sizes)
+    top = int(context_max if context_max is not None else lengths.max())
+    full = _Priced(model, steps, prompt_len, top)
+    out = {}
+    for m in sizes:
+        tail = tails.get(m)
+        part = _Priced(model, tail.steps, prompt_len, top) if tail is not None else None
+        out[m] = _summarise(model, full, tail.cut if tail is not None else len(full.t), part,
+                            tail if tail is not None else steps, lengths[:m], prompt_len, caps, timeline_points)
+    return out
 
 
 def _kv_overflows(st: Steps, starts: np.ndarray, ends: np.ndarray, prompt_len: int, caps: EngineCaps,
@@ -181,50 +214,72 @@ def _knee_cached(model: ThroughputModel, s: float) -> float:
     return _knee_key(model.costs, d.bw_bytes_per_s, d.phi_flops_per_s, s)
 
 
-def _summarise(model: ThroughputModel, st: Steps, t: np.ndarray, decode_only: np.ndarray, lengths: np.ndarray,
-               prompt_len: int, caps: EngineCaps, timeline_points: int) -> RolloutResult:
+class _Priced:
+    """Steps priced through the throughput model, with the per-step sums a summary needs (and
+    their running totals, so that any first ``cut`` steps are summed at once)."""
+
+    def __init__(self, model: ThroughputModel, st: Steps, prompt_len: int, context_max: int):
+        t, decode_only = step_costs(model, st)
+        self.t = t
+        self.conc = (st.dec + st.new).astype(np.int64)
+        extra = t - decode_only  # time the prefill tokens add
+        with np.errstate(invalid="ignore", divide="ignore"):
+            recompute_share = np.where(st.q1 > 0, st.rq1 / st.q1, 0.0)
+            s_mean = np.where(st.dec > 0, st.ctx / np.maximum(st.dec, 1), float(prompt_len))
+        # the knee moves with the context: look it up on a grid of contexts (nearest point)
+        grid = np.unique(np.round(np.linspace(prompt_len, prompt_len + context_max, 17) / 16) * 16)
+        grid = np.maximum(grid, 1.0)
+        knees = np.array([_knee_cached(model, float(s)) for s in grid])
+        knee_step = knees[np.searchsorted((grid[1:] + grid[:-1]) / 2, s_mean)]
+        is_dec = st.dec > 0
+        # columns: time, decode alone, prefill's extra, recompute's extra, conc x time, time below the
+        # knee, context x decode time, decode time
+        cols = np.stack([t, decode_only, extra, extra * recompute_share, self.conc * t,
+                         np.where(self.conc < knee_step, t, 0.0), np.where(is_dec, s_mean * t, 0.0),
+                         np.where(is_dec, t, 0.0)])
+        self.sums = np.concatenate([np.zeros((cols.shape[0], 1)), np.cumsum(cols, axis=1)], axis=1)
+        self.peak = np.maximum.accumulate(self.conc) if len(self.conc) else self.conc
+        self.change = np.flatnonzero(np.diff(self.conc, prepend=-1) != 0)  # where concurrency changes
+
+
+def _summarise(model: ThroughputModel, full: _Priced, cut: int, tail: Optional[_Priced], st: Steps,
+               lengths: np.ndarray, prompt_len: int, caps: EngineCaps, timeline_points: int) -> RolloutResult:
+    """The result of the first ``cut`` steps of ``full`` followed by ``tail``'s steps (``st``: the
+    record that holds the batch's preemption count and KV flag)."""
     overhead = float(model.gen_overhead_s)
-    wall = overhead + float(t.sum())
-    extra = t - decode_only  # time the prefill tokens add
-    with np.errstate(invalid="ignore", divide="ignore"):
-        recompute_share = np.where(st.q1 > 0, st.rq1 / st.q1, 0.0)
-    recompute = float((extra * recompute_share).sum())
-    prefill = float(extra.sum()) - recompute
-    conc = (st.dec + st.new).astype(np.int64)
-    # the knee moves with the context: look it up on a grid of contexts (nearest point)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        s_mean = np.where(st.dec > 0, st.ctx / np.maximum(st.dec, 1), float(prompt_len))
-    grid = np.unique(np.round(np.linspace(prompt_len, prompt_len + lengths.max(), 17) / 16) * 16)
-    grid = np.maximum(grid, 1.0)
-    knees = np.array([_knee_cached(model, float(s)) for s in grid])
-    mid = (grid[1:] + grid[:-1]) / 2
-    nearest = np.searchsorted(mid, s_mean)
-    knee_step = knees[nearest]
-    below = float(t[conc < knee_step].sum() / t.sum())
-    dec_time = float(t[st.dec > 0].sum())
-    s_avg = float((s_mean * t)[st.dec > 0].sum() / dec_time) if dec_time > 0 else float(prompt_len)
+    sums = full.sums[:, cut].copy()
+    peak = int(full.peak[cut - 1]) if cut > 0 else 0
+    change = full.change[full.change < cut]
+    cum_t = full.sums[0]
+    start_t = cum_t[change]
+    conc = full.conc[change]
+    n_steps = cut
+    if tail is not None and len(tail.t):
+        sums += tail.sums[:, -1]
+        peak = max(peak, int(tail.peak[-1]))
+        more = tail.change if cut == 0 or tail.conc[0] != full.conc[cut - 1] else tail.change[1:]
+        change = np.concatenate([change, more + cut])
+        start_t = np.concatenate([start_t, cum_t[cut] + tail.sums[0][more]])
+        conc = np.concatenate([conc, tail.conc[more]])
+        n_steps = cut + len(tail.t)
+    total, decode, extra, recompute, conc_t, below, ctx_t, dec_t = (float(x) for x in sums)
+    wall = overhead + total
+    s_avg = ctx_t / dec_t if dec_t > 0 else float(prompt_len)
     knee = _knee_cached(model, float(round(s_avg)))
-    starts_t = overhead + np.concatenate([[0.0], np.cumsum(t)[:-1]])
-    idx = _timeline_index(conc, timeline_points)
+    if len(change) > timeline_points:  # thinned evenly
+        keep = np.linspace(0, len(change) - 1, timeline_points).round().astype(int)
+        start_t, conc = start_t[keep], conc[keep]
     return RolloutResult(
         n_requests=len(lengths), prompt_len=int(prompt_len), output_tokens=int(lengths.sum()),
         response_len_mean=float(lengths.mean()), response_len_max=int(lengths.max()), wall_s=wall,
-        decode_s=float(decode_only.sum()), prefill_s=prefill, recompute_s=recompute, steps=len(t),
-        preemptions=st.preemptions, kv_limited=st.kv_limited, peak_concurrency=int(conc.max()),
-        mean_concurrency=float((conc * t).sum() / t.sum()), overhead_s=overhead,
+        decode_s=decode, prefill_s=extra - recompute, recompute_s=recompute, steps=n_steps,
+        preemptions=st.preemptions, kv_limited=st.kv_limited, peak_concurrency=peak,
+        mean_concurrency=conc_t / total, overhead_s=overhead,
         knee_concurrency=None if knee is None or not math.isfinite(knee) else float(knee),
-        below_knee_share=below, caps=caps,
-        timeline_t_s=[float(x) for x in starts_t[idx]] + [wall],
-        timeline_concurrency=[int(x) for x in conc[idx]] + [0],
+        below_knee_share=below / total, caps=caps,
+        timeline_t_s=[overhead + float(x) for x in start_t] + [wall],
+        timeline_concurrency=[int(x) for x in conc] + [0],
     )
-
-
-def _timeline_index(conc: np.ndarray, points: int) -> np.ndarray:
-    """The steps where concurrency changes, thinned evenly to at most ``points``."""
-    change = np.flatnonzero(np.diff(conc, prepend=-1) != 0)
-    if len(change) > points:
-        change = change[np.linspace(0, len(change) - 1, points).round().astype(int)]
-    return change
 
 
 def predict_rollout(model: ThroughputModel, n_requests: int, prompt_len: int, dist: LengthDist,

@@ -21,7 +21,7 @@ from throughputlab.decide.cluster import (
     ClusterSpec, Placement, generation_model, idle_shares, split_over_engines, sync_s, training_model,
 )
 from throughputlab.decide.lengths import LengthDist, parse_length_dist, read_lengths_file
-from throughputlab.decide.rollout import EngineCaps, RolloutResult, simulate_rollout
+from throughputlab.decide.rollout import EngineCaps, RolloutResult, simulate_rollouts
 from throughputlab.errors import UserError
 from throughputlab.roofline import Costs
 from throughputlab.throughput import ThroughputModel
@@ -237,20 +237,44 @@ class StepModel:
         return tr.epochs * one_epoch, tr.epochs * len(sizes)
 
     def step(self, prompts: int, group: int, lengths: Optional[np.ndarray] = None) -> StepTime:
-        if prompts < 1 or group < 1:
+        return self.steps([prompts], group, lengths)[0]
+
+    def steps(self, prompts: list[int], group: int, lengths: Optional[np.ndarray] = None) -> list[StepTime]:
+        """Step times for each batch of ``prompts``; the batch of ``p`` prompts is the first ``p`` of
+        one draw (or of ``lengths``), so one rollout simulation per engine serves every batch size."""
+        if not prompts or min(prompts) < 1 or group < 1:
             raise UserError(f"prompts per step and group size must be positive integers, got {prompts} and {group}")
-        n = prompts * group
+        most = max(prompts)
         if lengths is None:
-            lengths = self.dist.sample(n, self.shape.seed)
+            lengths = self.dist.sample(most * group, self.shape.seed)
+        lengths = np.asarray(lengths, dtype=np.int64)
+        if len(lengths) < most * group:
+            raise UserError(f"{len(lengths)} response lengths for {most} prompts of {group}")
         p = self.shape.prompt_len
         share = group if self.group_share else 1
         pl = self.placement
-        counts = split_over_engines(prompts, pl.engines) if pl is not None else [prompts]
-        rolls, start = [], 0
-        for c in counts:  # each engine drains its own share; the step waits for the slowest
-            rolls.append(simulate_rollout(self.model, lengths[start * group:(start + c) * group], p, self.caps,
-                                          group=share))
-            start += c
+        engines = pl.engines if pl is not None else 1
+        # prompt k goes to engine k mod engines (whole prompts, so a group's responses stay on one
+        # engine, as veRL's dispatch keeps them): each engine's share of a smaller batch is the first
+        # part of its share of the largest
+        per_engine = []
+        for e in range(min(engines, most)):
+            idx = (np.arange(e, most, engines)[:, None] * group + np.arange(group)).ravel()
+            counts = sorted({len(range(e, q, engines)) * group for q in prompts if q > e})
+            per_engine.append(simulate_rollouts(self.model, lengths[idx], p, counts, self.caps, group=share,
+                                                context_max=self.dist.longest()))
+        out = []
+        for q in prompts:
+            rolls = [r[len(range(e, q, engines)) * group] for e, r in enumerate(per_engine) if q > e]
+            out.append(self._step(q, group, lengths[:q * group], rolls, split_over_engines(q, engines)))
+        return out
+
+    def _step(self, prompts: int, group: int, lengths: np.ndarray, rolls: list[RolloutResult],
+              counts: list[int]) -> StepTime:
+        n = prompts * group
+        p = self.shape.prompt_len
+        share = group if self.group_share else 1
+        pl = self.placement
         roll = max(rolls, key=lambda r: r.wall_s)
         gen_mean = float(np.mean([r.wall_s for r in rolls]))
         seq = p + float(np.mean(lengths))
