@@ -27,14 +27,19 @@ def synthetic():
 
 
 def test_recovers_decode_parameters_within_their_intervals(synthetic):
-    _, r = synthetic
+    prof, r = synthetic
     g = r.generation
     assert g.target == "decode_step_s"
     for name, true in (("bw_bytes_per_s", TRUE["bw"]), ("phi_flops_per_s", TRUE["phi"])):
-        e = _param(g.params, name)
-        assert e.value == pytest.approx(true, rel=0.03)
-        assert e.identified and e.lo <= true <= e.hi
+        assert _param(g.params, name).value == pytest.approx(true, rel=0.03)
+    phi = _param(g.params, "phi_flops_per_s")
+    assert phi.identified and phi.lo <= TRUE["phi"] <= phi.hi
+    # no overhead probe: BW and t0 are not identified apart, their sum t0 + W/BW is
+    assert not _param(g.params, "bw_bytes_per_s").identified
     assert _param(g.params, "t0_s").value == pytest.approx(TRUE["t0"], rel=0.3)
+    (comb,) = g.combinations
+    assert comb.identified and comb.value == pytest.approx(
+        TRUE["t0"] + Costs.from_spec(prof.model, 4).weight_bytes / TRUE["bw"], rel=0.02)
 
 
 def test_prefill_and_training_recovered(synthetic):

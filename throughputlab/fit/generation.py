@@ -16,6 +16,7 @@ from typing import Optional
 import numpy as np
 
 from throughputlab import roofline as rf
+from throughputlab.fit import identify
 from throughputlab.fit.schema import GenerationFit, Peaks, PointError, PrefillFit
 from throughputlab.fit.solver import LSQ, bootstrap, estimates, leave_one_out, rms, solve
 from throughputlab.profile import GenPoint
@@ -340,7 +341,9 @@ def fit_generation(points: list[GenPoint], costs: Costs, peaks: Peaks, warnings:
         notes["phi_flops_per_s"] = "every point is memory-bound: PHI is only bounded from below"
     if not any(mem_bound):
         notes["bw_bytes_per_s"] = "every point is compute-bound: BW is only bounded from below"
-    params = estimates(names, units, g.sol, boot, notes)
+    params, combos = identify.decode(
+        estimates(names, units, g.sol, boot, notes), g.sol, boot, costs, probe=probe, peaks=peaks,
+        devices=engine_devices, mem_bound_bytes=[rf.decode_bytes(costs, o.c, o.s) for o, m in zip(obs, mem_bound) if m])
 
     pts = []
     for o, e in zip(obs, loo):
@@ -355,6 +358,7 @@ def fit_generation(points: list[GenPoint], costs: Costs, peaks: Peaks, warnings:
     loo_errs = [abs(e) for e in loo if e is not None]
     gen = GenerationFit(
         target=target, form=chosen, form_loo_mean_abs_error={k: v[3] for k, v in candidates.items()}, params=params,
+        combinations=combos,
         context_len=statistics.median(o.s for o in obs), knee_note="", n_points=n, rms_rel_residual=rms(g.sol),
         points=pts, loo_max_abs_error=max(loo_errs) if loo_errs else None, probe_points=probe_pts,
         probe_weight_bytes=spec.probe_costs.weight_bytes if probe else None,
@@ -373,8 +377,14 @@ def fit_generation(points: list[GenPoint], costs: Costs, peaks: Peaks, warnings:
             ppts.append(PointError(x=o.c, context_len=o.p, measured_s=o.prefill_s,
                                    fitted_s=rf.prefill_s(o.c, o.p, costs, g.pre[0], bw, g.pre[1]), loo_s=lt,
                                    loo_rel_error=None if lt is None else lt / o.prefill_s - 1))
-        pre_fit = PrefillFit(params=estimates(["t0_s", "phi_flops_per_s"], ["s", "FLOP/s"], g.psol, pboot, {}),
-                             n_points=len(ppts), points=ppts, note="bandwidth shared with the decode fit")
+        pre_mem = [o for o in obs if o.prefill_s and rf.prefill_bytes(costs, o.c, o.p) / bw
+                   >= rf.prefill_flops(costs, o.c, o.p) / g.pre[1]]
+        pparams, pcombos = identify.prefill(
+            estimates(["t0_s", "phi_flops_per_s"], ["s", "FLOP/s"], g.psol, pboot, {}), g.psol, pboot, costs,
+            bw=next(e for e in params if e.name == "bw_bytes_per_s"), any_mem_bound=bool(pre_mem), peaks=peaks,
+            devices=engine_devices)
+        pre_fit = PrefillFit(params=pparams, combinations=pcombos, n_points=len(ppts), points=ppts,
+                             note="bandwidth shared with the decode fit")
     elif target == "decode_step_s":
         warnings.append("fewer than 2 prefill timings: prefill uses the decode parameters")
     return gen, dec_params, pre_fit, pre_params, g.overhead

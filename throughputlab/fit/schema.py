@@ -88,6 +88,8 @@ class GenerationFit(_Strict):
     form: Literal["max", "smooth"]
     form_loo_mean_abs_error: dict[str, Optional[float]] = {}  # per candidate form, on tokens/s
     params: list[ParamEstimate]
+    # what the data fix where parameters are not identified (t0 + W/BW without the overhead probe)
+    combinations: list[ParamEstimate] = []
     context_len: float  # the context at which the knee is stated
     knee_concurrency: Optional[float] = None  # decode step alone
     knee_note: str
@@ -104,6 +106,7 @@ class GenerationFit(_Strict):
 
 class PrefillFit(_Strict):
     params: list[ParamEstimate]
+    combinations: list[ParamEstimate] = []  # t0 + W/BW of a memory-bound prefill whose BW is not identified
     n_points: int
     points: list[PointError]
     note: Optional[str] = None

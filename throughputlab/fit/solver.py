@@ -84,23 +84,33 @@ def bootstrap(n: int, draw: Callable[[], T], refit: Callable[[T], R]) -> list[R]
     return out
 
 
+def _svd(sol: LSQ):
+    """(singular values, right vectors, which are kept, residual variance s^2, Student t quantile)
+    of the Jacobian in log space, or None when nothing is left to estimate the spread from."""
+    n, k = sol.jac.shape
+    dof = n - k
+    if dof <= 0 or not np.all(np.isfinite(sol.jac)):
+        return None
+    _, sv, vt = np.linalg.svd(sol.jac, full_matrices=False)
+    keep = sv > 1e-8 * max(sv.max(), 1e-300)
+    s2 = float(np.sum(sol.residuals ** 2)) / dof
+    return sv, vt, keep, s2, float(student_t.ppf(0.5 + CI_LEVEL / 2, dof))
+
+
 def jacobian_ci(sol: LSQ) -> list[tuple[Optional[float], Optional[float], bool]]:
     """95% intervals of exp(x) from the Jacobian: cov = s^2 (J'J)^-1 in log space, Student t quantile.
 
     Directions the data do not constrain (near-zero singular values of J) make every parameter
     that loads on them "not identified", instead of the zero variance a pseudo-inverse would give."""
-    n, k = sol.jac.shape
-    dof = n - k
-    if dof <= 0 or not np.all(np.isfinite(sol.jac)):
+    k = sol.jac.shape[1]
+    svd = _svd(sol)
+    if svd is None:
         return [(None, None, False) for _ in range(k)]
-    _, sv, vt = np.linalg.svd(sol.jac, full_matrices=False)
-    keep = sv > 1e-8 * max(sv.max(), 1e-300)
+    sv, vt, keep, s2, q = svd
     loose = np.zeros(k, bool)
     for j in np.flatnonzero(~keep):
         loose |= np.abs(vt[j]) > 0.05
-    s2 = float(np.sum(sol.residuals ** 2)) / dof
     cov = (vt[keep].T / sv[keep] ** 2) @ vt[keep] * s2
-    q = float(student_t.ppf(0.5 + CI_LEVEL / 2, dof))
     out: list[tuple[Optional[float], Optional[float], bool]] = []
     for i in range(k):
         var = cov[i, i]
@@ -110,6 +120,23 @@ def jacobian_ci(sol: LSQ) -> list[tuple[Optional[float], Optional[float], bool]]
             continue
         out.append((math.exp(sol.x[i] - half), math.exp(sol.x[i] + half), True))
     return out
+
+
+def log_combination_half_width(sol: LSQ, grad: np.ndarray) -> Optional[float]:
+    """Half-width of the 95% interval of log g for a function g of the parameters whose gradient
+    d(log g)/dx at the solution is ``grad`` (delta method, as :func:`jacobian_ci`); None when g
+    loads on a direction the data do not constrain. Summed over singular directions rather than
+    through the covariance, so a combination that is fixed while its parts are not comes out
+    with its own (small) spread instead of a difference of huge variances."""
+    svd = _svd(sol)
+    if svd is None:
+        return None
+    sv, vt, keep, s2, q = svd
+    proj = vt @ np.asarray(grad, float)
+    if np.any(np.abs(proj[~keep]) > 0.05 * max(float(np.linalg.norm(grad)), 1e-300)):
+        return None
+    half = q * math.sqrt(s2 * float(np.sum((proj[keep] / sv[keep]) ** 2)))
+    return half if math.isfinite(half) and half <= 20 else None
 
 
 def percentile_ci(draws: np.ndarray) -> list[tuple[float, float]]:

@@ -19,7 +19,10 @@ def _si(v: Optional[float], unit: str) -> str:
 
 
 def _param_line(e: ParamEstimate) -> str:
-    ci = f" [{_si(e.lo, e.unit)}, {_si(e.hi, e.unit)}]" if e.lo is not None and e.hi is not None else " [not bounded]"
+    if e.lo is not None and e.hi is not None:
+        ci = f" [{_si(e.lo, e.unit)}, {_si(e.hi, e.unit)}]"
+    else:
+        ci = " [not bounded]" if e.identified else " [not identified]"
     return f"  {e.name:<22} {_si(e.value, e.unit):>12}{ci}" + (f"  ({e.note})" if e.note else "")
 
 
@@ -34,7 +37,7 @@ def summary_lines(result: FitResult) -> list[str]:
     g = result.generation
     if g is not None:
         lines.append(f"decode ({g.form} form, fitted to {g.target}, {g.n_points} points):")
-        lines += [_param_line(e) for e in g.params]
+        lines += [_param_line(e) for e in g.params + g.combinations]
         bw = next(e.value for e in g.params if e.name == "bw_bytes_per_s")
         phi = next(e.value for e in g.params if e.name == "phi_flops_per_s")
         gemv = (f" (matrix-vector {_ratio(bw, pk.microbench_gemv_bytes_per_s)})"
@@ -54,7 +57,7 @@ def summary_lines(result: FitResult) -> list[str]:
                          f"by concurrency: {cells}")
     if result.prefill is not None:
         lines.append(f"prefill ({result.prefill.n_points} points, {result.prefill.note}):")
-        lines += [_param_line(e) for e in result.prefill.params]
+        lines += [_param_line(e) for e in result.prefill.params + result.prefill.combinations]
     tr = result.training
     if tr is not None:
         lines.append(f"training (seq len {tr.seq_len}, {tr.n_points} points):")

@@ -14,6 +14,7 @@ from scipy.stats import t as student_t
 
 from throughputlab import roofline as rf
 from throughputlab.fit.schema import CI_LEVEL, MemoryFit, Peaks, PointError, TrainingFit
+from throughputlab.fit.identify import flops_note
 from throughputlab.fit.solver import LSQ, bootstrap, estimates, leave_one_out, rms, solve
 from throughputlab.profile import Profile, TrainPoint
 from throughputlab.roofline import Costs
@@ -121,7 +122,8 @@ def fit_training(profile: Profile, points: list[TrainPoint], costs: Costs, peaks
         seq_len=statistics.median_low(sorted(o.seq_len for o in obs)),
     )
     fit = TrainingFit(
-        params=estimates(["t0_s", "phi_train_flops_per_s"], ["s", "FLOP/s"], sol, boot, {}),
+        params=flops_note(estimates(["t0_s", "phi_train_flops_per_s"], ["s", "FLOP/s"], sol, boot, {}),
+                          "phi_train_flops_per_s", peaks),
         seq_len=statistics.median_low(sorted(o.seq_len for o in obs)), n_points=len(obs),
         rms_rel_residual=rms(sol), points=pts, loo_max_abs_error=max(errs) if errs else None, memory=memory, note=note,
     )

@@ -104,7 +104,7 @@ def fit_tables(p: Profile, fit: FitResult) -> tuple[list[str], list[tuple[str, p
 
     g = fit.generation
     if g is not None:
-        add("decode", g.params)
+        add("decode", g.params + g.combinations)
         notes.append(f"{label}: {g.knee_note}")
         if g.generation_knee_note:
             notes.append(f"{label}: {g.generation_knee_note}")
@@ -113,7 +113,7 @@ def fit_tables(p: Profile, fit: FitResult) -> tuple[list[str], list[tuple[str, p
             notes.append(f"{label}: decode form '{g.form}' (fitted to {g.target}); mean held-out error by form: {forms}; "
                          f"largest held-out tokens/s error {_pct(g.loo_max_abs_error) or 'n/a'}")
     if fit.prefill is not None:
-        add("prefill", fit.prefill.params)
+        add("prefill", fit.prefill.params + fit.prefill.combinations)
     tr = fit.training
     if tr is not None:
         add("training", tr.params)
