@@ -364,3 +364,39 @@ def test_print_spec_is_a_valid_spec_file(tmp_path):
     assert again.returncode == 0 and again.stdout == r.stdout
     assert "model: tiny" in r.stdout and "rounds: 1" in r.stdout
     assert "concurrency: [1, 2, 4, 8, 16, 32, 64, 128]" in r.stdout
+
+
+def test_context_and_sequence_length_axes_measure_every_pair_and_skip_what_cannot_run(tmp_path):
+    """`bench --contexts 8,32,5000 --seq-lens 16,32`: each concurrency at each prompt length and each
+    micro-batch at each sequence length; the context past the model's 2,048 positions is skipped."""
+    out = tmp_path / "axes.json"
+    fast = [a for a in FAST if a not in ("--prompt-len", "8", "--seq-len", "16")]
+    r = run_cli("bench", *fast, "-c", "1,2", "-b", "1", "--contexts", "8,32,5000", "--seq-lens", "16,32",
+                "-o", str(out))
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    prof = Profile.load(out)
+    got = {(p.prompt_len, p.concurrency): p.status for p in prof.generation}
+    assert got == {(8, 1): "ok", (8, 2): "ok", (32, 1): "ok", (32, 2): "ok", (5000, 1): "skipped",
+                   (5000, 2): "skipped"}
+    skipped = [p for p in prof.generation if p.status == "skipped"]
+    assert all("max_position_embeddings 2048" in p.error for p in skipped)
+    assert {(p.seq_len, p.micro_batch): p.status for p in prof.training} == {(16, 1): "ok", (32, 1): "ok"}
+    # decode reads a longer KV cache at the longer context: its points say so in their own prompt length
+    assert all(p.layout is not None and p.layout.world_size == 1 for p in prof.generation + prof.training)
+    assert prof.spec.generation.contexts == [8, 32, 5000] and prof.spec.training.seq_lens == [16, 32]
+    assert "prompts 8,32,5000" in " ".join(r.stdout.split())
+    # a resumed run measures nothing again and refuses another context list
+    again = run_cli("bench", "--resume", "-o", str(out))
+    assert again.returncode == 0 and "(resumed)" in again.stdout, again.stderr[-2000:]
+    assert_user_error(run_cli("bench", "--resume", "--contexts", "8,64", "-o", str(out)), "generation.contexts")
+    assert_user_error(run_cli("bench", *fast, "--contexts", "8,x", "-o", str(tmp_path / "x.json")), "--contexts")
+    assert_user_error(run_cli("bench", *fast, "--contexts", "4000", "-o", str(tmp_path / "y.json")),
+                      "shortest --contexts value")
+
+
+def test_kv_limited_concurrencies_are_split_off():
+    from throughputlab.bench import kv_limited, split_lengths
+
+    assert kv_limited([1, 2, 4, 8], 100, 28, 512) == ([1, 2, 4], [8])
+    assert kv_limited([1, 2], 100, 28, None) == ([1, 2], [])
+    assert split_lengths([128, 512, 4096], 32, 2048) == ([128, 512], [4096])

@@ -19,7 +19,8 @@ from typing import Any, Optional
 from throughputlab.errors import UserError
 from throughputlab.machine import environment
 from throughputlab.models import ResolvedModel, resolve_model
-from throughputlab.profile import Profile
+from throughputlab.parallel import ParallelLayout
+from throughputlab.profile import GenPoint, Profile, TrainPoint
 from throughputlab.spec import BenchSpec, SweepSettings, differences
 from throughputlab.sweep import Extras, Hooks, run_generation, run_training
 
@@ -45,14 +46,51 @@ class RunOptions:
 
 
 def check_lengths(spec: BenchSpec, resolved: ResolvedModel) -> None:
+    """A single length past the model's maximum is a mistake; on a length axis (--contexts,
+    --seq-lens) the points past it are recorded `skipped`, unless no length fits."""
     limit = resolved.spec.max_position_embeddings
     gen, train = spec.generation, spec.training
-    if limit:
-        if spec.run_gen and gen.prompt_len + gen.output_len > limit:
-            raise UserError(f"--prompt-len + --output-len = {gen.prompt_len + gen.output_len} exceeds the model's "
-                            f"max_position_embeddings {limit}")
-        if spec.run_train and train.seq_len > limit:
-            raise UserError(f"--seq-len {train.seq_len} exceeds the model's max_position_embeddings {limit}")
+    if not limit:
+        return
+    if spec.run_gen and gen.prompt_lens[0] + gen.output_len > limit:
+        what = "the shortest --contexts value" if gen.contexts else "--prompt-len"
+        raise UserError(f"{what} + --output-len = {gen.prompt_lens[0] + gen.output_len} exceeds the model's "
+                        f"max_position_embeddings {limit}")
+    if spec.run_train and train.all_seq_lens[0] > limit:
+        what = "the shortest --seq-lens value" if train.seq_lens else "--seq-len"
+        raise UserError(f"{what} {train.all_seq_lens[0]} exceeds the model's max_position_embeddings {limit}")
+
+
+def split_lengths(lengths: list[int], extra: int, limit: Optional[int]) -> tuple[list[int], list[int]]:
+    """(lengths that fit the model's maximum with ``extra`` tokens more, those that do not)."""
+    if not limit:
+        return list(lengths), []
+    return [n for n in lengths if n + extra <= limit], [n for n in lengths if n + extra > limit]
+
+
+def _skip(profile: Profile, path: Path, points: list) -> None:
+    """Record points not run (past the KV cache or the model's length), keeping any measured one."""
+    for p in points:
+        done = profile.find(p.key)
+        if done is None or done.status not in ("ok", "oom"):
+            profile.add_point(p)
+    if points:
+        profile.save(path)
+
+
+def skipped_generation(backend: str, concurrency: Optional[list[int]], prompt_len: int, output_len: int,
+                       why: str, layout) -> list[GenPoint]:
+    return [GenPoint(backend=backend, concurrency=c, prompt_len=prompt_len, output_len=output_len, status="skipped",
+                     error=why, layout=layout) for c in (concurrency or [])]
+
+
+def kv_limited(concurrency: Optional[list[int]], prompt_len: int, output_len: int,
+               kv_tokens: Optional[int]) -> tuple[Optional[list[int]], list[int]]:
+    """(concurrencies whose requests all fit the engine's KV cache at once, those that do not)."""
+    if concurrency is None or not kv_tokens:
+        return concurrency, []
+    fits = [c for c in concurrency if c * (prompt_len + output_len) <= kv_tokens]
+    return fits, [c for c in concurrency if c not in fits]
 
 
 # ---------------------------------------------------------------- --resume
@@ -139,7 +177,6 @@ def run_bench(spec: BenchSpec, run: RunOptions, hooks: Hooks = Hooks()) -> Profi
     train_cls = load_backend_class("training", train.backend) if spec.run_train else None
 
     from throughputlab.hardware.probe import probe, resolve_device, resolve_dtype
-    from throughputlab.parallel import ParallelLayout
 
     device = "cpu" if gen.backend == "openai" and not spec.run_train else resolve_device(spec.device)
     dtype = resolve_dtype(spec.dtype, device)
@@ -156,34 +193,56 @@ def run_bench(spec: BenchSpec, run: RunOptions, hooks: Hooks = Hooks()) -> Profi
     profile.save(run.output)
 
     extras = _extras(spec, run.output)
+    limit = resolved.spec.max_position_embeddings
     try:
         if gen_cls is not None:
             concurrency = _values(gen.concurrency)
+            contexts, too_long = split_lengths(gen.prompt_lens, gen.output_len, limit)
+            layout = ParallelLayout.generation(tp=gen.tensor_parallel)
             if gen.backend == "openai":
                 backend = gen_cls(gen.url, model=gen.served_model or _served_name(resolved),
                                   vocab_size=resolved.spec.vocab_size)
             else:
                 backend = gen_cls(resolved, dtype=dtype, device=device, seed=spec.seed,
                                   max_concurrency=max(concurrency) if concurrency else m.auto_cap,
-                                  max_len=gen.prompt_len + gen.output_len, engine_args=engine_args(gen))
+                                  max_len=max(contexts) + gen.output_len, engine_args=engine_args(gen))
             try:
                 backend.start()
                 profile.engine = backend.engine_info()
                 profile.save(run.output)
-                run_generation(profile, run.output, backend, concurrency, prompt_len=gen.prompt_len,
-                               output_len=gen.output_len, hygiene=m, hooks=hooks, extras=extras,
-                               layout=ParallelLayout.generation(tp=gen.tensor_parallel))
+                kv_tokens = profile.engine.kv_cache_tokens if profile.engine is not None else None
+                for ctx in contexts:
+                    values, over = kv_limited(concurrency, ctx, gen.output_len, kv_tokens)
+                    run_generation(profile, run.output, backend, values, prompt_len=ctx,
+                                   output_len=gen.output_len, hygiene=m, hooks=hooks, extras=extras, layout=layout)
+                    _skip(profile, run.output, skipped_generation(
+                        backend.name, over, ctx, gen.output_len,
+                        f"not run: {ctx + gen.output_len} tokens per request past the engine's KV cache of "
+                        f"{kv_tokens} tokens at this concurrency", layout))
             finally:
                 backend.close()
+            for ctx in too_long:
+                _skip(profile, run.output, skipped_generation(
+                    backend.name, concurrency, ctx, gen.output_len,
+                    f"not run: prompt {ctx} + output {gen.output_len} exceeds the model's max_position_embeddings "
+                    f"{limit}", layout))
         if train_cls is not None:
+            seq_lens, too_long = split_lengths(train.all_seq_lens, 0, limit)
             backend = train_cls(resolved, dtype=dtype, device=device, seed=spec.seed,
                                 track_effective_lr=train.effective_lr)
             try:
                 backend.start()
-                run_training(profile, run.output, backend, _values(train.micro_batches), seq_len=train.seq_len,
-                             hygiene=m, hooks=hooks, extras=extras, layout=ParallelLayout.training())
+                for seq in seq_lens:
+                    run_training(profile, run.output, backend, _values(train.micro_batches), seq_len=seq,
+                                 hygiene=m, hooks=hooks, extras=extras, layout=ParallelLayout.training())
             finally:
                 backend.close()
+            micro = _values(train.micro_batches) or []
+            _skip(profile, run.output, [
+                TrainPoint(backend=backend.name, micro_batch=b, seq_len=seq, status="skipped",
+                           error=f"not run: sequence length {seq} exceeds the model's max_position_embeddings {limit}",
+                           layout=ParallelLayout.training())
+                for seq in too_long for b in micro])
     finally:
         if extras.pyspy is not None:
             close = getattr(extras.pyspy, "close", None)

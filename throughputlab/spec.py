@@ -50,7 +50,25 @@ def _device(value: str) -> str:
     raise ValueError(f"must be auto, cpu, cuda or cuda:N, got {value!r}")
 
 
+def _lengths(value):
+    """A list of positive token counts (``128,512,2048`` on the command line), sorted, unique."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        parts = [p.strip() for p in value.split(",")]
+        if not all(p.isdigit() for p in parts):
+            raise ValueError(f"takes positive integers such as 128,512,2048, got {value!r}")
+        value = [int(p) for p in parts]
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = [value]
+    if not isinstance(value, list) or not value or \
+            not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
+        raise ValueError(f"takes a non-empty list of positive integers, got {value!r}")
+    return sorted(set(value))
+
+
 XValues = Annotated[Union[list[int], str], BeforeValidator(_x_values)]  # a list, or "auto" (checked above)
+Lengths = Annotated[Optional[list[int]], BeforeValidator(_lengths)]
 PositiveInt = Annotated[int, Field(gt=0)]
 Device = Annotated[str, AfterValidator(_device)]
 
@@ -70,6 +88,13 @@ class GenerationSpec(_Section):
     engine_args: dict[str, Any] = {}
     tensor_parallel: PositiveInt = 1  # vllm: one engine over this many devices (tensor_parallel_size)
     data_parallel: PositiveInt = 1  # vllm: this many engine replicas on disjoint devices, measured together
+    # the context axis: every concurrency at each of these prompt lengths (the KV context decode reads);
+    # None: prompt_len alone
+    contexts: Lengths = None
+
+    @property
+    def prompt_lens(self) -> list[int]:
+        return list(self.contexts) if self.contexts else [self.prompt_len]
     url: Optional[str] = None  # openai backend
     served_model: Optional[str] = None  # openai backend: the name the server expects
 
@@ -80,7 +105,12 @@ class TrainingSpec(_Section):
     backend: Literal["torch"] = "torch"
     micro_batches: XValues = [1, 2, 4, 8]
     seq_len: PositiveInt = 128
+    seq_lens: Lengths = None  # every micro-batch at each of these sequence lengths; None: seq_len alone
     effective_lr: bool = False  # record ||dW||/||W|| per parameter group
+
+    @property
+    def all_seq_lens(self) -> list[int]:
+        return list(self.seq_lens) if self.seq_lens else [self.seq_len]
 
 
 class Measurement(_Section):

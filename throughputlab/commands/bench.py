@@ -11,6 +11,7 @@ from click.core import ParameterSource
 
 from throughputlab.commands.options import IntList, check_writable, default_profile_name, parse_engine_args
 from throughputlab.errors import UserError
+from throughputlab.commands.bench_output import RichHooks, print_ranks, print_scaling, print_summary
 from throughputlab.spec import DEFAULTS
 
 
@@ -23,7 +24,8 @@ SPEC_FLAGS = {
     "rounds": "measurement.rounds", "max_cv": "measurement.max_cv", "max_remeasure": "measurement.max_remeasure",
     "auto_cap": "measurement.auto_cap", "random_weights": "random_weights", "trust_remote_code": "trust_remote_code",
     "engine_args": "generation.engine_args", "tensor_parallel": "generation.tensor_parallel",
-    "data_parallel": "generation.data_parallel", "url": "generation.url", "served_model": "generation.served_model",
+    "data_parallel": "generation.data_parallel", "url": "generation.url", "contexts": "generation.contexts",
+    "seq_lens": "training.seq_lens", "served_model": "generation.served_model",
     "telemetry": "telemetry.enabled", "telemetry_hz": "telemetry.hz", "py_spy": "py_spy.enabled",
     "py_spy_points": "py_spy.points", "track_effective_lr": "training.effective_lr", "seed": "seed",
 }
@@ -72,6 +74,13 @@ def _shown(value) -> str:
 @spec_option("--prompt-len", "prompt_len", type=int, help="Synthetic prompt tokens per sequence.")
 @spec_option("--output-len", "output_len", type=int, help="New tokens per sequence (EOS ignored).")
 @spec_option("--seq-len", "seq_len", type=int, help="Tokens per training sequence.")
+@spec_option("--contexts", "contexts", type=IntList(), metavar="LIST",
+             help="The context axis: every concurrency at each of these prompt lengths, e.g. 128,512,2048 "
+                  "(decode then reads a KV cache of that many tokens and more; prefill is timed at each length). "
+                  "Replaces --prompt-len. Points past the engine's KV cache or the model's length are skipped.")
+@spec_option("--seq-lens", "seq_lens", type=IntList(), metavar="LIST",
+             help="Every training micro-batch at each of these sequence lengths, e.g. 128,512,1024 (replaces "
+                  "--seq-len); lengths past the model's maximum are skipped.")
 @spec_option("--dtype", "dtype",
              help="auto (bfloat16 on GPU and on CPUs with native bf16, else float32), bfloat16, float16, float32.")
 @spec_option("--device", "device", help="auto, cpu, cuda or cuda:N.")
@@ -309,122 +318,7 @@ def _world_sizes(spec, sizes: list[int], run, activation_checkpointing: bool, co
     print_scaling(console, profiles)
 
 
-def print_ranks(console, ranks) -> None:
-    """Per rank of each training point: the shards' bytes as measured on the rank, peak memory, and
-    the communication no compute overlapped."""
-    from rich.table import Table
-
-    t = Table(title=f"per rank ({ranks.world_size} ranks; exposed comm: collectives no compute overlapped, "
-                    "torch.profiler; details in PROFILE.ranks.json)")
-    for col in ("micro-batch", "rank", "sequences", "params MiB", "optimizer MiB", "grads MiB", "peak mem GiB",
-                "exposed comm ms"):
-        t.add_column(col, justify="right")
-    for p in ranks.points:
-        for r, m in enumerate(p.memory):
-            peak = m.peak_allocated_bytes if m.peak_allocated_bytes is not None else m.peak_rss_bytes
-            comm = p.comm.exposed_comm_s[r] if p.comm is not None and r < len(p.comm.exposed_comm_s) else None
-            t.add_row(str(p.micro_batch), str(r), str(m.micro_batch), _f(m.param_bytes, "{:,.1f}", 2**-20),
-                      _f(m.optimizer_state_bytes, "{:,.1f}", 2**-20), _f(m.grad_bytes, "{:,.1f}", 2**-20),
-                      _f(peak, "{:.2f}", 2**-30), _f(comm, "{:.1f}", 1e3))
-    console.print(t)
-
-
-def print_scaling(console, profiles) -> None:
-    from rich.table import Table
-
-    from throughputlab.distributed.scaling import scaling_rows
-
-    t = Table(title="scaling over world sizes (the same micro-batch per rank)")
-    for col in ("per-rank micro-batch", "ranks", "tokens/s", "tokens/s per device", "efficiency"):
-        t.add_column(col, justify="right")
-    for r in scaling_rows(profiles):
-        t.add_row(str(r.per_rank), str(r.world_size), f"{r.tokens_per_s:,.1f}", f"{r.tokens_per_s_per_device:,.1f}",
-                  "-" if r.efficiency is None else f"{100 * r.efficiency:.0f}%")
-    console.print(t)
-
-
 def _console():
     from rich.console import Console
 
     return Console(stderr=False, highlight=False)
-
-
-class RichHooks:
-    """A rich progress bar: current point and the last point's tokens/s."""
-
-    def __init__(self, console):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-        self.console = console
-        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), TextColumn("{task.fields[last]}"), console=console,
-                                 transient=False)
-        self.task = None
-
-    def __enter__(self):
-        self.progress.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        return self.progress.__exit__(*exc)
-
-    def sweep_started(self, kind, total):
-        self.task = self.progress.add_task(kind, total=total, last="")
-
-    def point_started(self, kind, x):
-        label = "concurrency" if kind == "generation" else "micro-batch"
-        self.progress.update(self.task, description=f"{kind}: {label} {x}")
-
-    def point_finished(self, point, resumed=False):
-        x = getattr(point, "concurrency", None) or getattr(point, "micro_batch", None)
-        tps = point.tokens_per_s
-        tag = " (resumed)" if resumed else ""
-        last = f"{x}: {tps:,.0f} tok/s{tag}" if tps else f"{x}: {point.status}{tag}"
-        self.progress.update(self.task, advance=1, last=last)
-
-    def sweep_finished(self, kind):
-        if self.task is not None:
-            t = self.progress.tasks[self.task]
-            self.progress.update(self.task, total=t.completed, description=f"{kind}: done")
-
-
-def print_summary(console, profile) -> None:
-    from rich.table import Table
-
-    if profile.generation:
-        t = Table(title=f"generation ({profile.settings.gen_backend}, prompt {profile.settings.prompt_len}, "
-                        f"output {profile.settings.output_len})")
-        replicas = max(p.parallel.dp for p in profile.generation)
-        cols = ["concurrency", "status", "tokens/s", "decode step ms", "prefill ms", "cv %", "peak mem GiB"]
-        if replicas > 1:  # concurrency and the figures are per replica (the slowest one's)
-            cols[0:3] = ["concurrency per replica", "status", "tokens/s slowest replica", f"tokens/s all {replicas}"]
-        for col in cols:
-            t.add_column(col, justify="right")
-        for p in sorted(profile.generation, key=lambda p: p.concurrency):
-            extra = [_f(p.aggregate_tokens_per_s, "{:,.1f}")] if replicas > 1 else []
-            t.add_row(str(p.concurrency), p.status, _f(p.tokens_per_s, "{:,.1f}"), *extra,
-                      _f(p.decode_step_s, "{:.2f}", 1e3), _f(p.prefill_s, "{:.1f}", 1e3), _f(p.cv, "{:.1f}", 100),
-                      _f(p.peak_mem_bytes, "{:.2f}", 2**-30))
-        console.print(t)
-    if profile.training:
-        t = Table(title=f"training ({profile.settings.train_backend}, seq {profile.settings.seq_len})")
-        for col in ("micro-batch", "status", "tokens/s", "step ms", "cv %", "peak mem GiB"):
-            t.add_column(col, justify="right")
-        for p in sorted(profile.training, key=lambda p: p.micro_batch):
-            t.add_row(str(p.micro_batch), p.status, _f(p.tokens_per_s, "{:,.1f}"), _f(p.step_s, "{:.1f}", 1e3),
-                      _f(p.cv, "{:.1f}", 100), _f(p.peak_mem_bytes, "{:.2f}", 2**-30))
-        console.print(t)
-        from throughputlab.fit.schema import memory_statement
-        from throughputlab.fit.training import fit_memory
-        from throughputlab.sweep import largest_fitting
-
-        mem = fit_memory(profile)  # the same statement `fit` and `report` print
-        if mem is not None:
-            console.print(memory_statement(mem))
-        elif largest_fitting(profile.training) is not None:
-            console.print(f"largest micro-batch that fits: {largest_fitting(profile.training)} measured "
-                          "(larger ones ran out of memory; too few points for a memory line)")
-
-
-def _f(x, fmt: str, scale: float = 1.0) -> str:
-    return "-" if x is None else fmt.format(x * scale)

@@ -200,7 +200,7 @@ def _prepare(job: RankJob, resolved, dtype: str, device: str) -> str:
 
 def run_job(ctx: RankContext, job: RankJob, device: str) -> None:
     from throughputlab.backends.vllm_gen import VLLMGenerationBackend
-    from throughputlab.bench import _extras, _values, engine_args
+    from throughputlab.bench import _extras, _values, engine_args, kv_limited, split_lengths
     from throughputlab.hardware.probe import resolve_dtype
     from throughputlab.models import resolve_model
 
@@ -223,17 +223,22 @@ def run_job(ctx: RankContext, job: RankJob, device: str) -> None:
         profile._writer = lambda p, where: Profile.save(p, where)
     layout = ParallelLayout.generation(tp=gen.tensor_parallel, dp=ctx.world_size, nodes=ctx.nodes)
     concurrency = _values(gen.concurrency)
+    contexts, _ = split_lengths(gen.prompt_lens, gen.output_len, resolved.spec.max_position_embeddings)
     inner = VLLMGenerationBackend(resolved, dtype=dtype, device=device, seed=spec.seed + ctx.rank,
                                   max_concurrency=max(concurrency) if concurrency else m.auto_cap,
-                                  max_len=gen.prompt_len + gen.output_len, engine_args=engine_args(gen))
+                                  max_len=max(contexts) + gen.output_len, engine_args=engine_args(gen))
     backend = ReplicaBackend(ctx, inner, job.devices[ctx.local_rank], device)
+    extras = _extras(spec, path) if ctx.is_main else None
     try:
         backend.start()
         profile.engine = backend.engine_info()
         profile.save(path)
-        run_generation(profile, path, backend, concurrency, prompt_len=gen.prompt_len, output_len=gen.output_len,
-                       hygiene=m, hooks=ReplicaHooks(profile, path, gen.prompt_len, gen.output_len, layout),
-                       extras=_extras(spec, path) if ctx.is_main else None, layout=layout)
+        kv_tokens = profile.engine.kv_cache_tokens if profile.engine is not None else None
+        for prompt_len in contexts:  # the context axis: every concurrency at each prompt length
+            values, _ = kv_limited(concurrency, prompt_len, gen.output_len, kv_tokens)
+            run_generation(profile, path, backend, values, prompt_len=prompt_len, output_len=gen.output_len,
+                           hygiene=m, hooks=ReplicaHooks(profile, path, prompt_len, gen.output_len, layout),
+                           extras=extras, layout=layout)
     finally:
         profile.save(path)
         backend.close()

@@ -294,14 +294,18 @@ def run_job(ctx: RankContext, job: RankJob, dtype: str) -> None:
     records = RankRecords(job, ctx, backend, side) if ctx.is_main else None
     if records is not None:
         profile._writer = records.write_profile
-    hooks = RankHooks(ctx, profile, path, spec.training.seq_len, backend, records)
     values = None if spec.training.micro_batches == "auto" else list(spec.training.micro_batches)
+    point_layout = ParallelLayout.training(ctx.world_size, ctx.nodes, fsdp=True,
+                                           activation_checkpointing=layout.activation_checkpointing)
+    limit = resolved.spec.max_position_embeddings
     try:
         backend.start()
         profile.save(path)
-        run_training(profile, path, backend, values, seq_len=spec.training.seq_len, hygiene=spec.measurement,
-                     hooks=hooks, layout=ParallelLayout.training(ctx.world_size, ctx.nodes, fsdp=True,
-                                                                 activation_checkpointing=layout.activation_checkpointing))
+        for seq_len in spec.training.all_seq_lens:  # the sequence-length axis
+            if limit and seq_len > limit:
+                continue
+            run_training(profile, path, backend, values, seq_len=seq_len, hygiene=spec.measurement,
+                         hooks=RankHooks(ctx, profile, path, seq_len, backend, records), layout=point_layout)
         side.state, side.in_flight = "finished", None
     except BaseException as e:
         # on the way out: the launcher's SIGTERM (a peer died) must not cut the last save short
