@@ -291,6 +291,10 @@ def decide(spec: DecideSpec, model: ThroughputModel, train_model: Optional[Throu
         notes.append(f"GRPO: the {spec.group} responses of a prompt share its prefill and KV cache (prefix caching)")
     if spec.shape.train.activation_checkpointing:
         notes.append("activation checkpointing: the forward is recomputed in the backward")
+    if spec.shape.partial_rollout:
+        notes.append(f"partial rollouts: {spec.shape.partial_rollout:.0%} more prompts in flight, generation ends "
+                     "when the batch's prompts are done and unfinished responses resume in the next step "
+                     "(steady state; gen is the partial rollout's)")
 
     lr_ref, lr_ref_batch = spec.lr.ref, (spec.lr.ref_prompts or baseline) * unit_mult
     if lr_ref is None and curves is not None:
@@ -332,6 +336,7 @@ def decide(spec: DecideSpec, model: ThroughputModel, train_model: Optional[Throu
             rows.append(Row(label=f"{p} prompts", lr=rec_lr, nstar_samples=n, nstar_status=status,
                             nstar_relative=param.kind == "flat" and param.n is None, **common))
     rows, rec, notes = rank(rows, base_index, notes, flat_nstar=param is not None and param.kind == "flat")
+    notes.extend(partial_notes(rows, rec))
     if curves is not None:
         differing = [c.label for c in curves.configs if c.invariant is False]
         if differing:
@@ -343,3 +348,16 @@ def decide(spec: DecideSpec, model: ThroughputModel, train_model: Optional[Throu
                     notes=notes, overlap=spec.shape.overlap, placement=placement.label if placement else None,
                     nstar_source=f"learning curves {curves.source}, target {curves.target:g} ({curves.direction})"
                     if curves else param.describe(), lr_rule=spec.lr.rule, curves=curves)
+
+
+def partial_notes(rows: list[Row], rec: Optional[Recommendation]) -> list[str]:
+    """The rollout time partial rollouts save and their off-policy share, at the baseline and the best."""
+    out = []
+    picks = [r for r in rows if r.is_baseline] + [r for r in rows if rec is not None and r.label == rec.label]
+    for r in {r.label: r for r in picks}.values():
+        pr = r.step.partial if r.step is not None else None
+        if pr is not None:
+            out.append(f"partial rollouts at {r.label}: generation {pr.gen_s:.3g} s against {pr.full_gen_s:.3g} s "
+                       f"without ({pr.saved_share:.0%} saved); {pr.off_policy_token_share:.0%} of the trained "
+                       f"tokens were generated under an older policy; {pr.carried_responses} responses carried over")
+    return out

@@ -109,6 +109,7 @@ def build_spec(spec_file: Optional[Path], **flags: Any):
         _set(data, f"cluster.{key}", f.get(key))
     if f.get("activation_checkpointing"):
         _set(data, "shape.train.activation_checkpointing", True)
+    _set(data, "shape.partial_rollout", f.get("partial_rollout"))
     try:
         return DecideSpec.model_validate(data)
     except ValidationError as e:
@@ -164,6 +165,9 @@ def build_spec(spec_file: Optional[Path], **flags: Any):
               help="Read phase NAME from the log's key or column KEY (repeatable), as in `import runlog --column`.")
 @click.option("--log-prompts", type=int, default=None,
               help="Prompts per step of the logged run. [default: the single --prompts value]")
+@click.option("--partial-rollout", type=float, default=None, metavar="OVER",
+              help="Partial rollouts (APRIL): OVER more prompts in flight as a share of the batch (0.25: 25%), "
+                   "generation ends when the batch is done, unfinished responses resume next step. [default: 0]")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write the decision as JSON.")
 @click.option("--html", "html_out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write an HTML report.")
 def decide(spec_file: Optional[Path], json_out: Optional[Path], html_out: Optional[Path], **flags) -> None:

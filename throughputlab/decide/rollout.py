@@ -288,3 +288,10 @@ def predict_rollout(model: ThroughputModel, n_requests: int, prompt_len: int, di
     if n_requests < 1:
         raise UserError(f"the batch must hold at least one request, got {n_requests}")
     return simulate_rollout(model, dist.sample(n_requests, seed), prompt_len, caps, **kw)
+
+
+def price_steps(model: ThroughputModel, steps: Steps, lengths: np.ndarray, prompt_len: int, caps: EngineCaps,
+                context_max: int, timeline_points: int = TIMELINE_POINTS) -> RolloutResult:
+    """A schedule made elsewhere (partial rollouts) priced and summarised like any rollout."""
+    priced = _Priced(model, steps, prompt_len, context_max)
+    return _summarise(model, priced, len(priced.t), None, steps, lengths, prompt_len, caps, timeline_points)

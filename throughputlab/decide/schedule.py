@@ -186,27 +186,35 @@ class _KVLoop:
     KV-limited when the marker is below ``n``). Phase 0 starts a step, 1 is in its admissions,
     2 decides whether to run several steps at once."""
 
-    def __init__(self, lengths: np.ndarray, prompt_len: int, caps, group: int):
+    def __init__(self, lengths: np.ndarray, prompt_len: int, caps, group: int, group_of=None):
         self.lengths = [int(x) for x in lengths]
         self.n = len(self.lengths)
+        # the prompt each request answers (default: consecutive requests in groups of ``group``)
+        self.group_of = [int(x) for x in group_of] if group_of is not None else [i // group for i in range(self.n)]
         self.prompt_len = int(prompt_len)
         self.group = int(group)
         self.shared = prompt_len - prompt_len // group if group > 1 else 0  # prompt tokens a request does not hold alone
         self.bs = int(caps.block_size)
-        self.total = int(caps.kv_cache_tokens) // self.bs
+        self.kv_cache_tokens = int(caps.kv_cache_tokens) if caps.kv_cache_tokens else 10**15
+        self.total = self.kv_cache_tokens // self.bs
         self.max_seqs = int(caps.max_num_seqs or self.n)
-        self.kv_cache_tokens = int(caps.kv_cache_tokens)
 
     def initial(self) -> tuple:
-        return (0, 0, {}, [], [0] * self.bs, 0, 0, deque(), 0, [0] * ((self.n + self.group - 1) // self.group),
+        return (0, 0, {}, [], [0] * self.bs, 0, 0, deque(), 0, [0] * (max(self.group_of, default=0) + 1),
                 0, self.n, None)
 
-    def run(self, state: tuple, limit: int, targets: list[int]) -> tuple[list[tuple], tuple, dict[int, tuple]]:
-        """Run from ``state`` with the fresh requests below ``limit``; save a state per target size."""
+    def run(self, state: tuple, limit: int, targets: list[int], stop: Optional[int] = None,
+            done: Optional[list[int]] = None, sizes: Optional[list[int]] = None) -> tuple[list[tuple], tuple, dict]:
+        """Run from ``state`` with the fresh requests below ``limit``; save a state per target size.
+
+        ``stop``: end after the step in which that many prompts have all their responses done
+        (``done[k]`` responses of prompt ``k`` are done so far, of ``sizes[k]``; both updated)."""
         (phase, T, run, heap, cnt, used, s_off, waiting, nxt, gr, preemptions, kv_min, mid) = state
         lengths, P, group, shared, bs, total, max_seqs = (self.lengths, self.prompt_len, self.group, self.shared,
                                                           self.bs, self.total, self.max_seqs)
         c1 = 1 - shared
+        gof = self.group_of
+        complete = 0
         M = self.n  # a heap entry is end step * M + request
         push, pop = heapq.heappush, heapq.heappop
         records: list[tuple] = []
@@ -294,7 +302,7 @@ class _KVLoop:
                             used += (-(u + T)) // bs
                             cnt[u % bs] -= 1
                             s_off -= off
-                            gr[i // group] -= 1
+                            gr[gof[i]] -= 1
                             waiting.appendleft((i, lengths[i] - (end - T)))
                             preemptions += 1
                         d = len(run)
@@ -342,7 +350,7 @@ class _KVLoop:
                         else:
                             waiting.popleft()
                         adm_used += b
-                        gi = i // group
+                        gi = gof[i]
                         # a cached prompt is not computed again (vLLM recomputes the last token of a fully cached prompt)
                         new.append((i, q, (g if g > 1 else 1) if group > 1 and gr[gi] > 0 else q))
                         gr[gi] += 1
@@ -380,6 +388,13 @@ class _KVLoop:
                     used += (-(u + T)) // bs
                     cnt[u % bs] -= 1
                     s_off -= r[0]
-                    gr[i // group] -= 1
+                    gk = gof[i]
+                    gr[gk] -= 1
+                    if stop is not None:
+                        done[gk] += 1
+                        if done[gk] == sizes[gk]:
+                            complete += 1
+            if stop is not None and complete >= stop and phase != 1:
+                break
         state = (0, T, run, heap, cnt, used, s_off, waiting, nxt, gr, preemptions, kv_min, None)
         return records, state, snaps

@@ -21,6 +21,7 @@ from throughputlab.decide.cluster import (
     ClusterSpec, Placement, generation_model, idle_shares, split_over_engines, sync_s, training_model,
 )
 from throughputlab.decide.lengths import LengthDist, parse_length_dist, read_lengths_file
+from throughputlab.decide.partial import ROLLOUTS, PartialRollout, simulate_partial
 from throughputlab.decide.rollout import EngineCaps, RolloutResult, simulate_rollouts
 from throughputlab.errors import UserError
 from throughputlab.roofline import Costs
@@ -90,6 +91,7 @@ class RLShape(_Spec):
     sync: SyncShape = SyncShape()
     engine: EngineShape = EngineShape()
     prefix_sharing: bool = True  # GRPO: a prompt's responses share its prefill and KV (vLLM prefix caching, n > 1)
+    partial_rollout: float = 0.0  # APRIL: extra prompts in flight as a share of the batch (0: full rollouts)
     seed: int = 0
 
     @field_validator("prompt_len")
@@ -97,6 +99,13 @@ class RLShape(_Spec):
     def _positive(cls, v: int) -> int:
         if v < 1:
             raise ValueError("must be a positive integer")
+        return v
+
+    @field_validator("partial_rollout")
+    @classmethod
+    def _share(cls, v: float) -> float:
+        if not 0 <= v <= 1:  # (also refuses NaN)
+            raise ValueError(f"must be an over-provisioning share between 0 and 1 (0.25: 25% more prompts), got {v}")
         return v
 
 
@@ -125,6 +134,7 @@ class StepTime(BaseModel):
     train_devices: int = 1
     idle_share: dict[str, float] = {}
     prefix_sharing: bool = False
+    partial: Optional[PartialRollout] = None  # with partial rollouts: gen_s is theirs, against full rollouts
 
     @property
     def samples_per_s(self) -> float:
@@ -264,9 +274,30 @@ class StepModel:
             per_engine.append(simulate_rollouts(self.model, lengths[idx], p, counts, self.caps, group=share,
                                                 context_max=self.dist.longest()))
         out = []
+        over = self.shape.partial_rollout
         for q in prompts:
             rolls = [r[len(range(e, q, engines)) * group] for e, r in enumerate(per_engine) if q > e]
-            out.append(self._step(q, group, lengths[:q * group], rolls, split_over_engines(q, engines)))
+            partial = None
+            if over > 0:
+                full_s = max(r.wall_s for r in rolls)
+                rolls, shares, carried = [], [], 0
+                for e, c in enumerate(split_over_engines(q, engines)):
+                    seed = self.shape.seed * 1_000_003 + 7919 * e
+
+                    def draw(n: int, k: int, seed=seed) -> np.ndarray:
+                        return self.dist.sample(n * group, seed + 104_729 * (k + 1))
+                    roll, off, left = simulate_partial(self.model, p, self.caps, c, group, share, over, draw,
+                                                       self.dist.longest())
+                    rolls.append(roll)
+                    shares.append(off)
+                    carried += left
+                gen_s = max(r.wall_s for r in rolls)
+                partial = PartialRollout(over_provision=over, rollouts_simulated=ROLLOUTS, gen_s=gen_s,
+                                         full_gen_s=full_s, saved_s=full_s - gen_s,
+                                         saved_share=(full_s - gen_s) / full_s if full_s > 0 else 0.0,
+                                         off_policy_token_share=float(np.mean(shares)), carried_responses=carried)
+            st = self._step(q, group, lengths[:q * group], rolls, split_over_engines(q, engines))
+            out.append(st.model_copy(update={"partial": partial}) if partial is not None else st)
         return out
 
     def _step(self, prompts: int, group: int, lengths: np.ndarray, rolls: list[RolloutResult],
