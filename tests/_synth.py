@@ -33,8 +33,9 @@ def make_profile(*, model="demo", noise=0.01, seed=0, concurrencies=(1, 2, 4, 8,
     s = prompt_len + output_len / 2
     gen = []
     for c in concurrencies:
-        td = decode_step_s(c, s, costs, true["t0"], true["bw"], true["phi"], true.get("p"), t_seq)
-        tprobe = decode_step_s(c, s, probe_costs, true["t0"], true["bw"], true["phi"], true.get("p"), t_seq) \
+        td = decode_step_s(c, s, costs, true["t0"], true["bw"], true["phi"], true.get("p"), t_seq, true.get("bw_attn"))
+        tprobe = decode_step_s(c, s, probe_costs, true["t0"], true["bw"], true["phi"], true.get("p"), t_seq,
+                               true.get("bw_attn")) \
             if probe else None
         tp = prefill_s(c, prompt_len, costs, true["pre_t0"], true["bw"], true["pre_phi"])
         samples = []

@@ -39,11 +39,14 @@ class Efficiencies(BaseModel):
     memory bandwidth in decode (vLLM reaches 70-85% MBU at batch 1 on A100/H100-class GPUs),
     half the dense FLOP/s for decode's skinny matmuls, 60% in prefill, 40% MFU in training
     (typical of FSDP/Megatron runs), 1 ms of scheduling per decode step, 10 ms per micro-step.
+    The decode attention is its own kernel after the weight GEMMs (the per-kernel form), reading
+    the KV cache at ``attention_bw`` of the peak (None: one roofline over the summed bytes).
     ``calibrate`` replaces them with figures measured on another device.
     """
 
     model_config = ConfigDict(extra="forbid")
     decode_bw: float = 0.80
+    attention_bw: Optional[float] = 0.80
     decode_phi: float = 0.50
     prefill_phi: float = 0.60
     train_phi: float = 0.40
@@ -64,6 +67,9 @@ class Efficiencies(BaseModel):
         lines = [f"efficiencies from {self.source}:",
                  f"decode bandwidth {self.decode_bw:.0%} of peak, decode FLOP/s {self.decode_phi:.0%}, "
                  f"prefill FLOP/s {self.prefill_phi:.0%}, training FLOP/s {self.train_phi:.0%}",
+                 "decode attention: " + (f"its own kernel after the GEMMs, KV read at {self.attention_bw:.0%} of "
+                                         "peak bandwidth" if self.attention_bw else
+                                         "one roofline with the GEMMs over the summed bytes and FLOPs"),
                  f"fixed costs: decode step {self.decode_t0_s * 1e3:.3g} ms, prefill {self.prefill_t0_s * 1e3:.3g} ms, "
                  f"training micro-step {self.train_t0_s * 1e3:.3g} ms"]
         if self.decode_t_seq_s:
@@ -122,6 +128,8 @@ def calibration_from(profile: Profile) -> Efficiencies:
     if m.decode and fit.generation:
         ratio(fit.generation.params, "bw_bytes_per_s", bw_ref, "decode_bw")
         ratio(fit.generation.params, "phi_flops_per_s", phi_ref, "decode_phi")
+        eff["attention_bw"] = None  # the measured profile's own form: fitted per kernel, or not
+        ratio(fit.generation.params, "bw_attn_bytes_per_s", bw_ref, "attention_bw")
         eff["decode_t0_s"] = m.decode.t0_s
         eff["decode_t_seq_s"] = m.decode.t_seq_s
         eff["prefill_t0_s"] = m.prefill.t0_s if m.prefill else m.decode.t0_s
@@ -201,7 +209,8 @@ def analytic_model(spec: ModelSpec, gpu: str, dtype: str = "bfloat16", eff: Effi
         source="analytic" if eff.source == DEFAULT_EFFICIENCIES.source else "calibrated",
         costs=costs,
         decode=DecodeParams(t0_s=eff.decode_t0_s, bw_bytes_per_s=bw, phi_flops_per_s=eff.decode_phi * phi_peak,
-                            t_seq_s=eff.decode_t_seq_s),
+                            t_seq_s=eff.decode_t_seq_s,
+                            bw_attn_bytes_per_s=eff.attention_bw * bw / eff.decode_bw if eff.attention_bw else None),
         prefill=PrefillParams(t0_s=eff.prefill_t0_s, bw_bytes_per_s=bw, phi_flops_per_s=eff.prefill_phi * phi_peak),
         train=TrainParams(t0_s=eff.train_t0_s, phi_flops_per_s=eff.train_phi * phi_peak,
                           mem0_bytes=rf.fsdp_memory_per_rank_bytes(costs, layout.gpus, 0, 0.0),

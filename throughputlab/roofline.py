@@ -142,10 +142,21 @@ def combine(mem, comp, p: Optional[float] = None):
 
 
 def decode_step_s(c, s, costs: Costs, t0: float, bw: float, phi: float, p: Optional[float] = None,
-                  t_seq: float = 0.0):
+                  t_seq: float = 0.0, bw_attn: Optional[float] = None):
     """t_dec(c, s) = t0 + c*t_seq + max((W(c) + c*s*k)/BW, c*(F + s*a)/PHI)  (Williams et al. 2009's
-    roofline per step; t_seq: a per-sequence cost near neither roof, fitted only with an overhead probe)."""
-    return _out(t0 + c * t_seq + combine(decode_bytes(costs, c, s) / bw, decode_flops(costs, c, s) / phi, p))
+    roofline per step; t_seq: a per-sequence cost near neither roof, fitted only with an overhead probe).
+    ``bw_attn`` (per-kernel form): GEMMs and attention on their own rooflines, in sequence:
+    t0 + c*t_seq + max(W(c)/BW, c*F/PHI) + attention_s(c*s)."""
+    if bw_attn is None:
+        return _out(t0 + c * t_seq + combine(decode_bytes(costs, c, s) / bw, decode_flops(costs, c, s) / phi, p))
+    gemm = combine(weight_bytes(costs, c) / bw, c * costs.flops_per_token / phi, p)
+    return _out(t0 + c * t_seq + gemm + attention_s(costs, c * s, bw_attn, phi))
+
+
+def attention_s(costs: Costs, ctx, bw_attn: float, phi: float):
+    """The decode attention over ``ctx`` context tokens summed over the sequences, as its own kernel:
+    max(ctx*k/BW_attn, ctx*a/PHI) (FlashDecoding-style kernels read each sequence's KV once)."""
+    return _out(np.maximum(ctx * costs.kv_bytes_per_token / bw_attn, ctx * costs.attn_flops_per_ctx_token / phi))
 
 
 def prefill_tokens_s(q1, q2, costs: Costs, t0: float, bw: float, phi: float, p: Optional[float] = None):
@@ -161,15 +172,17 @@ def prefill_s(c, prompt_len, costs: Costs, t0: float, bw: float, phi: float, p: 
 
 
 def mixed_step_s(costs: Costs, dec, ctx, q1, q2, t0: float, bw: float, phi: float, phi_prefill: float,
-                 p: Optional[float] = None, t_seq: float = 0.0):
-    """One forward pass holding ``dec`` decodes with summed context ``ctx`` and prefill tokens
-    (q1 tokens, q2 their squares summed per prompt), as a continuous-batching engine runs it: the
-    weights of every token and the decodes' KV are read once; the prefill FLOPs are done at the
-    prefill's own rate. With q1 = 0 it is :func:`decode_step_s` at s = ctx/dec."""
-    mem = weight_bytes(costs, dec + q1) + ctx * costs.kv_bytes_per_token
-    comp = (dec * costs.flops_per_token + ctx * costs.attn_flops_per_ctx_token) / phi \
-        + (q1 * costs.flops_per_token + q2 * costs.attn_flops_per_ctx_token / 2) / phi_prefill
-    return _out(t0 + dec * t_seq + combine(mem / bw, comp, p))
+                 p: Optional[float] = None, t_seq: float = 0.0, bw_attn: Optional[float] = None):
+    """A continuous-batching step: ``dec`` decodes of summed context ``ctx`` and q1 prefill tokens (q2:
+    their squares summed per prompt); weights and KV read once, prefill FLOPs at the prefill's rate.
+    q1 = 0: :func:`decode_step_s` at s = ctx/dec; ``bw_attn``: attention as its own kernel."""
+    pre = (q1 * costs.flops_per_token + q2 * costs.attn_flops_per_ctx_token / 2) / phi_prefill
+    if bw_attn is None:
+        mem = weight_bytes(costs, dec + q1) + ctx * costs.kv_bytes_per_token
+        comp = (dec * costs.flops_per_token + ctx * costs.attn_flops_per_ctx_token) / phi + pre
+        return _out(t0 + dec * t_seq + combine(mem / bw, comp, p))
+    gemm = combine(weight_bytes(costs, dec + q1) / bw, dec * costs.flops_per_token / phi + pre, p)
+    return _out(t0 + dec * t_seq + gemm + attention_s(costs, ctx, bw_attn, phi))
 
 
 def static_batch_s(prefill_time, decode_step_time, output_len, overhead_s: float = 0.0):

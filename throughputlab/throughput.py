@@ -24,6 +24,9 @@ class DecodeParams(BaseModel):
     phi_flops_per_s: float
     smooth_p: Optional[float] = None  # None: the hard max form
     t_seq_s: float = 0.0  # per-sequence cost per step, fitted only with an overhead probe
+    # the per-kernel form: the attention's own bandwidth (KV reads), fitted from a context axis;
+    # None: today's form, one roofline over the summed bytes and FLOPs
+    bw_attn_bytes_per_s: Optional[float] = None
 
 
 class PrefillParams(BaseModel):
@@ -122,7 +125,14 @@ class ThroughputModel(BaseModel):
     def decode_step_s(self, c, s):
         d = self.require("decode")
         return rf.decode_step_s(c, s, self.device_costs, d.t0_s, d.bw_bytes_per_s, d.phi_flops_per_s, d.smooth_p,
-                                d.t_seq_s) + self._tp_comm(c)
+                                d.t_seq_s, d.bw_attn_bytes_per_s) + self._tp_comm(c)
+
+    def attention_share(self, c, s):
+        """The attention's share of the decode step: its own kernel's time (per-kernel form), or in
+        today's form the time its KV reads (or FLOPs) take at the step's rates."""
+        d = self.require("decode")
+        bw = d.bw_attn_bytes_per_s or d.bw_bytes_per_s
+        return rf.attention_s(self.device_costs, c * s, bw, d.phi_flops_per_s) / self.decode_step_s(c, s)
 
     def decode_tokens_per_s(self, c, s):
         return c / self.decode_step_s(c, s)
@@ -151,7 +161,8 @@ class ThroughputModel(BaseModel):
         """A continuous-batching step with decodes and prefill tokens (see roofline.mixed_step_s)."""
         d = self.require("decode")
         return rf.mixed_step_s(self.device_costs, dec, ctx, q1, q2, d.t0_s, d.bw_bytes_per_s, d.phi_flops_per_s,
-                               self.prefill_rates().phi_flops_per_s, d.smooth_p, d.t_seq_s) + self._tp_comm(dec + q1)
+                               self.prefill_rates().phi_flops_per_s, d.smooth_p, d.t_seq_s,
+                               d.bw_attn_bytes_per_s) + self._tp_comm(dec + q1)
 
     def generation_tokens_per_s(self, c, prompt_len, output_len):
         """Static batch: prefill, then output_len - 1 decode steps at mean context (as the hf backend measures)."""

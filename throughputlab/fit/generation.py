@@ -17,6 +17,7 @@ import numpy as np
 
 from throughputlab import roofline as rf
 from throughputlab.fit import identify
+from throughputlab.fit.forms import SPLIT_CONTEXT_RATIO, attention_note, choose_form
 from throughputlab.fit.schema import GenerationFit, Peaks, PointError, PrefillFit
 from throughputlab.fit.solver import LSQ, bootstrap, estimates, leave_one_out, rms, solve
 from throughputlab.profile import GenPoint
@@ -25,7 +26,7 @@ from throughputlab.throughput import DecodeParams, PrefillParams
 
 MICROBENCH_HEADROOM = 10.0  # caches and read-only traffic can beat a copy benchmark, but not tenfold
 
-Decode = tuple  # (t0, bw, phi, p or None, t_seq)
+Decode = tuple  # (t0, bw, phi, p or None, t_seq, bw_attn or None)
 
 
 @dataclass
@@ -99,7 +100,8 @@ class _GenSpec:
 
     With ``probe_costs`` (the overhead probe's W and F) the probe's step times are fitted
     jointly with the model's: same t0, per-sequence cost, BW and PHI, different W and F.
-    Parameter vector (log): t0, BW, PHI, then t_seq with a probe, then p for the smooth form.
+    Parameter vector (log): t0, BW, PHI, then t_seq with a probe, then p for the smooth form or
+    BW_attn, the attention's own bandwidth, for the split (per-kernel) form.
     """
 
     costs: Costs
@@ -116,7 +118,8 @@ class _GenSpec:
         if self.probe_costs is not None:
             t_seq, i = v[3], 4
         p = v[i] if self.form == "smooth" else None
-        return v[0], v[1], v[2], p, t_seq
+        bw_attn = v[i] if self.form == "split" else None
+        return v[0], v[1], v[2], p, t_seq, bw_attn
 
 
 def _arrays(obs: list[GenObs], *names: str) -> list[np.ndarray]:
@@ -132,14 +135,14 @@ def _decode_residuals(spec: _GenSpec, obs: list[GenObs]):
     y_probe = _arrays(obs, "probe_step_s")[0] if probe is not None else None
 
     def f(x: np.ndarray) -> np.ndarray:
-        t0, bw, phi, p, ts = spec.unpack(x)
-        td = rf.decode_step_s(c, s, costs, t0, bw, phi, p, ts)
+        t0, bw, phi, p, ts, ba = spec.unpack(x)
+        td = rf.decode_step_s(c, s, costs, t0, bw, phi, p, ts, ba)
         if steps:
             r = np.log(td / y)
         else:  # end to end: prefill with the same parameters, then o-1 decode steps
             r = np.log(rf.static_batch_s(rf.prefill_s(c, p_len, costs, t0, bw, phi, p), td, o_len) / y)
         if probe is not None:
-            r = np.concatenate([r, np.log(rf.decode_step_s(c, s, probe, t0, bw, phi, p, ts) / y_probe)])
+            r = np.concatenate([r, np.log(rf.decode_step_s(c, s, probe, t0, bw, phi, p, ts, ba) / y_probe)])
         return r
 
     return f
@@ -167,6 +170,8 @@ def _decode_starts(spec: _GenSpec, obs: list[GenObs]) -> list[np.ndarray]:
                     x = [math.log(t0), math.log(bw), math.log(phi), math.log(t_seq)]
                     if spec.form == "smooth":
                         x.append(math.log(2.0))
+                    elif spec.form == "split":
+                        x.append(math.log(bw))
                     starts.append(np.array(x))
         return starts
     for t0_frac in (0.02, 0.3, 0.6):
@@ -178,6 +183,8 @@ def _decode_starts(spec: _GenSpec, obs: list[GenObs]) -> list[np.ndarray]:
                 x = [math.log(t0), math.log(bw), math.log(phi)]
                 if spec.form == "smooth":
                     x.append(math.log(4.0))
+                elif spec.form == "split":
+                    x.append(math.log(bw))
                 starts.append(np.array(x))
     return starts
 
@@ -203,7 +210,7 @@ def _fit_prefill(costs: Costs, obs: list[GenObs], bw: float, phi_hi: Optional[fl
 
 
 def _prefill_of(costs: Costs, o: GenObs, dec: Decode, pre: Optional[tuple]) -> float:
-    t0, bw, phi, p, _ = dec
+    t0, bw, phi, p = dec[:4]
     if pre is not None:
         return rf.prefill_s(o.c, o.p, costs, pre[0], bw, pre[1])
     return rf.prefill_s(o.c, o.p, costs, t0, bw, phi, p)
@@ -211,8 +218,8 @@ def _prefill_of(costs: Costs, o: GenObs, dec: Decode, pre: Optional[tuple]) -> f
 
 def _predict_gen_tps(costs: Costs, dec: Decode, pre: Optional[tuple], overhead: float, o: GenObs) -> float:
     """End-to-end tokens/s of point o: overhead + prefill + (o-1) decode steps at mean context."""
-    t0, bw, phi, p, ts = dec
-    td = rf.decode_step_s(o.c, o.s, costs, t0, bw, phi, p, ts)
+    t0, bw, phi, p, ts, ba = dec
+    td = rf.decode_step_s(o.c, o.s, costs, t0, bw, phi, p, ts, ba)
     return o.c * o.o / float(rf.static_batch_s(_prefill_of(costs, o, dec, pre), td, o.o, overhead))
 
 
@@ -265,19 +272,6 @@ def _prefill_loo(costs: Costs, obs: list[GenObs], bw: float, phi_hi) -> dict[int
     return {o.c: t for o, t in zip(pts, leave_one_out(pts, 2, one)) if t is not None}
 
 
-def _choose_form(candidates: dict) -> str:
-    """The smooth maximum has one more parameter: keep it only when it predicts held-out points
-    clearly better (10% lower mean error) and is not just the hard max again (p at its upper
-    bound). p = 1, its lower bound, is the sum of the two terms: memory and compute not overlapped."""
-    if "smooth" not in candidates:
-        return "max"
-    (sm_spec, sm_fit, _, sm_err), (_, _, _, mx_err) = candidates["smooth"], candidates["max"]
-    p_hard = abs(sm_fit.sol.x[-1] - sm_spec.hi[-1]) < 1e-4 * (sm_spec.hi[-1] - sm_spec.lo[-1])
-    if sm_err is not None and mx_err is not None and sm_err < 0.9 * mx_err and not p_hard:
-        return "smooth"
-    return "max"
-
-
 def fit_generation(points: list[GenPoint], costs: Costs, peaks: Peaks, warnings: list[str], bootstrap_n: int,
                    rng: np.random.Generator, probe_costs: Optional[Costs] = None, engine_devices: int = 1):
     """(GenerationFit, DecodeParams, PrefillFit or None, PrefillParams or None, overhead seconds).
@@ -302,6 +296,9 @@ def fit_generation(points: list[GenPoint], costs: Costs, peaks: Peaks, warnings:
     lo3, hi3 = _bounds(bw_hi, phi_hi, max(o.total_s for o in obs))
     n = len(obs)
     forms = ["max", "smooth"] if n >= 6 else ["max"]
+    spread = max(o.s for o in obs) / max(min(o.s for o in obs), 1e-9)
+    if n >= 6 and spread >= SPLIT_CONTEXT_RATIO:
+        forms.append("split")
     if n < 4:
         warnings.append(f"only {n} generation point(s): the decode fit is under-determined "
                         "(measure at least 4 concurrencies, spanning the knee)")
@@ -312,12 +309,14 @@ def fit_generation(points: list[GenPoint], costs: Costs, peaks: Peaks, warnings:
         lo, hi = lo3, hi3
         if form == "smooth":
             lo, hi = np.append(lo3, math.log(1.0)), np.append(hi3, math.log(64.0))
+        elif form == "split":  # the attention's bandwidth: the same search range as BW
+            lo, hi = np.append(lo3, lo3[1]), np.append(hi3, hi3[1])
         spec = _GenSpec(costs, form, target, lo, hi, probe_costs)
         full = _gen_fit_all(spec, obs, phi_hi)
         loo = _gen_loo(spec, obs, phi_hi, full.sol.x)
         errs = [abs(e) for e in loo if e is not None]
         candidates[form] = (spec, full, loo, statistics.fmean(errs) if errs else None)
-    chosen = _choose_form(candidates)
+    chosen = choose_form(candidates)
     spec, g, loo, _ = candidates[chosen]
 
     boot = pboot = None
@@ -330,10 +329,11 @@ def fit_generation(points: list[GenPoint], costs: Costs, peaks: Peaks, warnings:
 
     probe = spec.probe_costs is not None
     names = (["t0_s", "bw_bytes_per_s", "phi_flops_per_s"] + (["t_seq_s"] if probe else [])
-             + (["smooth_p"] if chosen == "smooth" else []))
-    units = ["s", "B/s", "FLOP/s"] + (["s"] if probe else []) + ([""] if chosen == "smooth" else [])
+             + (["smooth_p"] if chosen == "smooth" else []) + (["bw_attn_bytes_per_s"] if chosen == "split" else []))
+    units = (["s", "B/s", "FLOP/s"] + (["s"] if probe else []) + ([""] if chosen == "smooth" else [])
+             + (["B/s"] if chosen == "split" else []))
     notes = {}
-    t0, bw, phi, p, ts = g.dec
+    t0, bw, phi, p, ts, ba = g.dec
     if chosen == "smooth" and p is not None and p < 1.0 + 1e-3:
         notes["smooth_p"] = "at 1: memory and compute time add up (no overlap)"
     mem_bound = [rf.decode_bytes(costs, o.c, o.s) / bw >= rf.decode_flops(costs, o.c, o.s) / phi for o in obs]
@@ -351,19 +351,21 @@ def fit_generation(points: list[GenPoint], costs: Costs, peaks: Peaks, warnings:
             x=o.c, context_len=o.s, measured_tokens_per_s=o.tokens_per_s,
             fitted_tokens_per_s=_predict_gen_tps(costs, g.dec, g.pre, g.overhead, o),
             loo_tokens_per_s=None if e is None else o.tokens_per_s * (1 + e), loo_rel_error=e,
-            measured_s=o.decode_step_s, fitted_s=rf.decode_step_s(o.c, o.s, costs, t0, bw, phi, p, ts)))
+            measured_s=o.decode_step_s, fitted_s=rf.decode_step_s(o.c, o.s, costs, t0, bw, phi, p, ts, ba)))
     probe_pts = [PointError(x=o.c, context_len=o.s, measured_s=o.probe_step_s,
-                            fitted_s=rf.decode_step_s(o.c, o.s, spec.probe_costs, t0, bw, phi, p, ts))
+                            fitted_s=rf.decode_step_s(o.c, o.s, spec.probe_costs, t0, bw, phi, p, ts, ba))
                  for o in obs] if probe else []
     loo_errs = [abs(e) for e in loo if e is not None]
     gen = GenerationFit(
         target=target, form=chosen, form_loo_mean_abs_error={k: v[3] for k, v in candidates.items()}, params=params,
+        attention_note=attention_note(chosen, obs, {k: v[3] for k, v in candidates.items()}),
         combinations=combos,
         context_len=statistics.median(o.s for o in obs), knee_note="", n_points=n, rms_rel_residual=rms(g.sol),
         points=pts, loo_max_abs_error=max(loo_errs) if loo_errs else None, probe_points=probe_pts,
         probe_weight_bytes=spec.probe_costs.weight_bytes if probe else None,
     )
-    dec_params = DecodeParams(t0_s=t0, bw_bytes_per_s=bw, phi_flops_per_s=phi, smooth_p=p, t_seq_s=ts)
+    dec_params = DecodeParams(t0_s=t0, bw_bytes_per_s=bw, phi_flops_per_s=phi, smooth_p=p, t_seq_s=ts,
+                              bw_attn_bytes_per_s=ba)
 
     pre_fit = pre_params = None
     if g.psol is not None and g.pre is not None:

@@ -85,7 +85,9 @@ class Peaks(_Strict):
 
 class GenerationFit(_Strict):
     target: Literal["decode_step_s", "tokens_per_s"]  # what the decode parameters were fitted to
-    form: Literal["max", "smooth"]
+    form: Literal["max", "smooth", "split"]  # split: the GEMMs and the attention on rooflines of their own
+    # the attention terms: fitted (split), or what stands in for them and why they are not fitted
+    attention_note: Optional[str] = None
     form_loo_mean_abs_error: dict[str, Optional[float]] = {}  # per candidate form, on tokens/s
     params: list[ParamEstimate]
     # what the data fix where parameters are not identified (t0 + W/BW without the overhead probe)

@@ -45,12 +45,17 @@ def summary_lines(result: FitResult) -> list[str]:
         lines.append(f"  BW vs microbench {_ratio(bw, pk.microbench_bytes_per_s)}{gemv}, vs datasheet "
                      f"{_ratio(bw, pk.datasheet_bytes_per_s)}; PHI vs microbench {_ratio(phi, pk.microbench_flops_per_s)}, "
                      f"vs datasheet {_ratio(phi, pk.datasheet_flops_per_s)}")
+        if g.attention_note:
+            lines.append(f"  attention terms: {g.attention_note}")
         lines.append(f"  {g.knee_note}")
         if g.generation_knee_note:
             lines.append(f"  {g.generation_knee_note}")
         if g.loo_max_abs_error is not None:
-            errs = ", ".join(f"{p.x}:{100 * p.loo_rel_error:+.1f}%" for p in g.points if p.loo_rel_error is not None)
-            lines.append(f"  held-out tokens/s error by concurrency: {errs} (max {100 * g.loo_max_abs_error:.1f}%)")
+            grid = len({p.context_len for p in g.points}) > 1  # a context axis: concurrency@context
+            errs = ", ".join(f"{p.x}{f'@{p.context_len:.0f}' if grid else ''}:{100 * p.loo_rel_error:+.1f}%"
+                             for p in g.points if p.loo_rel_error is not None)
+            by = "concurrency@context" if grid else "concurrency"
+            lines.append(f"  held-out tokens/s error by {by}: {errs} (max {100 * g.loo_max_abs_error:.1f}%)")
         if g.probe_points:
             cells = ", ".join(f"{p.x}:{1e3 * p.measured_s:.3g}/{1e3 * p.fitted_s:.3g}" for p in g.probe_points)
             lines.append(f"  overhead probe ({_si(g.probe_weight_bytes, 'B')} of weights), step ms measured/fitted "

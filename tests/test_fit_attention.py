@@ -1,0 +1,67 @@
+"""The attention as its own term: on a context axis the fit chooses between one roofline over the
+summed bytes and FLOPs and the per-kernel form by held-out error, and says which it used."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from _synth import TRUE, make_profile
+from throughputlab.fit import fit_profile
+
+
+def _grid(true, contexts=(64, 256, 1024), concurrencies=(1, 2, 4, 8, 16, 32), noise=0.005):
+    profiles = [make_profile(model="demo", true=true, prompt_len=ctx, concurrencies=concurrencies,
+                             micro_batches=(), noise=noise, seed=i) for i, ctx in enumerate(contexts)]
+    prof = profiles[0]
+    prof.generation = [p for q in profiles for p in q.generation]
+    return prof
+
+
+def _fit(prof):
+    r = fit_profile(prof, bootstrap=0)
+    return r.generation.model_dump(), r.model
+
+
+def test_per_kernel_truth_is_fitted_with_the_per_kernel_form_and_its_attention_bandwidth():
+    true = {**TRUE, "bw_attn": 3e9}  # the KV reads four times slower than the weight stream
+    gen, model = _fit(_grid(true))
+    assert gen["form"] == "split", gen["form_loo_mean_abs_error"]
+    assert "per-kernel form" in gen["attention_note"]
+    assert model.decode.bw_attn_bytes_per_s == pytest.approx(3e9, rel=0.1)
+    # a held-out context: the model predicts the step at 2,048 tokens of context
+    far = make_profile(model="demo", true=true, prompt_len=2048, concurrencies=(4, 16), micro_batches=(), noise=0.0)
+    for p in far.generation:
+        s = p.prompt_len + p.output_len / 2
+        assert model.decode_step_s(p.concurrency, s) == pytest.approx(p.decode_step_s, rel=0.03)
+    share = model.attention_share(16, 2048.0)
+    assert 0.3 < share < 1.0
+
+
+def test_summed_truth_keeps_todays_form_and_says_the_per_kernel_one_was_not_kept():
+    gen, model = _fit(_grid(TRUE))
+    assert gen["form"] in ("max", "smooth") and "split" in gen["form_loo_mean_abs_error"]
+    assert "not kept" in gen["attention_note"]
+    assert model.decode.bw_attn_bytes_per_s is None
+
+
+def test_one_context_says_the_attention_terms_are_not_identified_and_what_stands_in():
+    gen, model = _fit(make_profile(model="demo", micro_batches=(), noise=0.005))
+    assert gen["form"] != "split" and "split" not in gen["form_loo_mean_abs_error"]
+    note = gen["attention_note"]
+    assert "not identified" in note and "one context" in note and "BW stands in for the KV reads" in note
+
+
+def test_per_kernel_step_is_slower_than_the_summed_one_at_large_concurrency_and_context():
+    from throughputlab import roofline as rf
+    from throughputlab.models import resolve_model
+
+    k = rf.Costs.from_spec(resolve_model("qwen2.5-7b").spec, 2)
+    summed = rf.decode_step_s(np.array([1.0, 256.0]), np.array([100.0, 3000.0]), k, 1e-3, 2.7e12, 4e14)
+    split = rf.decode_step_s(np.array([1.0, 256.0]), np.array([100.0, 3000.0]), k, 1e-3, 2.7e12, 4e14,
+                             bw_attn=2.7e12)
+    assert split[0] == pytest.approx(summed[0], rel=1e-3)  # weights dominate: the forms agree
+    assert split[1] / summed[1] > 1.1  # GEMMs and attention no longer overlap
+    # the continuous-batching step without prefill is the decode step, in both forms
+    assert rf.mixed_step_s(k, 256, 256 * 3000, 0, 0, 1e-3, 2.7e12, 4e14, 5e14, bw_attn=2.7e12) == \
+        pytest.approx(split[1])
