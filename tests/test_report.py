@@ -31,9 +31,10 @@ def _figure_json(html: str) -> list[dict]:
 
 def test_sections_and_figures(measured):
     names = [s.title for s in build_sections([measured])]
-    assert names == ["Summary", "Generation", "Training", "Points", "Fit", "Environment"]
+    assert names == ["Summary", "Generation", "Attention share of the decode step", "Training", "Points", "Fit",
+                     "Environment"]
     html = render_report([measured])
-    assert html.count("Plotly.newPlot") == 3
+    assert html.count("Plotly.newPlot") == 4
     assert "held-out error" in html and "MBU microbench" in html and "knee at concurrency" in html
     assert "1 round(s) x 3 (warm-up 1" in html  # how the points were measured
     assert "matrix-vector read bandwidth" in html  # both bandwidth micro-benchmarks are listed

@@ -162,7 +162,7 @@ def test_report_renders_in_headless_chromium(tmp_path):
     assert [u for u in result["requests"] if not u.startswith(("file:", "data:", "about:"))] == []
     probe = result["probe"]
     assert probe["pwned"] is None, "markup from the model name ran in the page"
-    assert probe["plots"] == 3
+    assert probe["plots"] == 4
     for fig in probe["rendered"]:
         assert fig["svg"] >= 1 and fig["traces"] >= 2 and fig["points"] >= 2, fig
     assert "<script>" in probe["title"]  # shown as text in the title, not run

@@ -1,5 +1,6 @@
-"""The report's figures: tokens/s against concurrency, decode and prefill step times, training
-tokens/s and memory, each with the model's curves (evaluated through the throughput model).
+"""The report's figures: tokens/s against concurrency, decode and prefill step times (one curve per
+measured prompt length), training tokens/s and memory, each with the model's curves (evaluated
+through the throughput model).
 
 Every string that comes from a profile and goes into a plotly figure is HTML-escaped here
 (plotly renders a subset of HTML in names and titles). No torch.
@@ -66,89 +67,142 @@ def _hline(fig, y: float, x0: float, x1: float, name: str, color: str, dash="dot
                              hovertemplate=f"{_t(name)}: %{{y:.4g}}<extra></extra>"), **kw)
 
 
+def contexts_of(points) -> list[tuple[int, int, list]]:
+    """The contexts a profile measured: (prompt_len, output_len, its points by concurrency), shortest first."""
+    groups: dict[tuple[int, int], list] = {}
+    for g in points:
+        groups.setdefault((g.prompt_len, g.output_len), []).append(g)
+    return [(pl, ol, sorted(pts, key=lambda g: g.concurrency)) for (pl, ol), pts in sorted(groups.items())]
+
+
+def context_names(groups) -> list[str]:
+    """'prompt N' per context (with the output length only where it differs between contexts)."""
+    outputs = {ol for _, ol, _ in groups}
+    return [f"prompt {pl}" + (f", output {ol}" if len(outputs) > 1 else "") for pl, ol, _ in groups]
+
+
+def shade(color: str, i: int, n: int) -> str:
+    """The i-th of n shades of a profile's color, darker to lighter: the contexts of one profile keep its hue."""
+    if n <= 1:
+        return color
+    t = -0.35 + 0.8 * i / (n - 1)  # below 0: toward black, above: toward white
+    rgb = [int(color[j:j + 2], 16) for j in (1, 3, 5)]
+    rgb = [round(v * (1 + t)) if t < 0 else round(v + (255 - v) * t) for v in rgb]
+    return "#" + "".join(f"{v:02x}" for v in rgb)
+
+
+SYMBOLS = ["circle", "square", "diamond", "triangle-up", "triangle-down", "pentagon", "star", "hexagon"]
+
+
 def generation_figure(items: list[tuple[Profile, Optional[FitResult], str]]):
-    """Tokens/s against concurrency: medians with spread, fitted curve, knee, the two asymptotes."""
+    """Tokens/s against concurrency: medians with spread and the fitted curve, one pair per context;
+    with one context also the knee and the two asymptotes."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
     for p, fit, color in items:
         label = profile_label(p)
-        ok = sorted((g for g in p.generation if g.status == "ok" and g.tokens_per_s), key=lambda g: g.concurrency)
-        if not ok:
+        groups = contexts_of(g for g in p.generation if g.status == "ok" and g.tokens_per_s)
+        if not groups:
             continue
-        meds = [g.tokens_per_s for g in ok]
-        up, down = zip(*(_spread(g.tokens_per_s_samples, g.tokens_per_s) for g in ok))
+        many = len(groups) > 1
         predicted = p.kind == "predicted"
-        fig.add_trace(go.Scatter(
-            x=[g.concurrency for g in ok], y=meds, mode="markers", name=_t(f"{label}: {'predicted' if predicted else 'measured median'}"),
-            marker=dict(color=color, size=9, symbol="circle-open" if predicted else "circle"),
-            error_y=dict(type="data", symmetric=False, array=list(up), arrayminus=list(down), visible=not predicted),
-            hovertemplate="concurrency %{x}<br>%{y:.4g} tokens/s<extra></extra>"))
-        if fit is None or fit.model.decode is None:
-            continue
-        m = fit.model
-        prompt_len, output_len = ok[0].prompt_len, ok[0].output_len
-        s = rf.mean_context(prompt_len, output_len)
-        c_max = max(g.concurrency for g in ok)
-        knee = m.knee(s)
-        hi = max(c_max * 2, (knee or 0) * 2)
-        cs = _grid(1, hi)
-        fig.add_trace(go.Scatter(x=cs, y=m.generation_tokens_per_s(cs, prompt_len, output_len), mode="lines",
-                                 name=_t(f"{label}: {fit.method} model"), line=dict(color=color, width=2),
-                                 hovertemplate="concurrency %{x:.3g}<br>%{y:.4g} tokens/s<extra></extra>"))
-        d = m.decode
-        mem = cs / m.decode_terms_s(cs, s)[0]
-        ceiling = m.decode_ceiling_tokens_per_s(s)
-        fig.add_trace(go.Scatter(x=cs, y=mem, mode="lines", name=_t(f"{label}: memory roofline c*BW/(W+c*s*k)"),
-                                 line=dict(color=color, dash="dot", width=1)))
-        _hline(fig, ceiling, cs[0], cs[-1], f"{label}: compute ceiling " + ("1/((F+s*a)/PHI + t_seq)" if d.t_seq_s else "PHI/(F+s*a)"), color, dash="dash")
-        if knee is not None:
-            _vline(fig, knee, min(meds) / 2, ceiling * 1.2, f"{label}: decode knee c*={knee:.3g}", color, dash="dashdot")
-        e2e = m.generation_knee(prompt_len, output_len)
-        if e2e is not None and e2e < hi:
-            _vline(fig, e2e, min(meds) / 2, ceiling * 1.2, f"{label}: end-to-end knee (prefill included) {e2e:.3g}",
-                   color, dash="longdashdot")
+        m = fit.model if fit is not None and fit.model.decode is not None else None
+        c_max = max(g.concurrency for _, _, pts in groups for g in pts)
+        for i, ((prompt_len, output_len, ok), ctx) in enumerate(zip(groups, context_names(groups))):
+            name = f"{label}, {ctx}" if many else label
+            col = shade(color, i, len(groups))
+            up, down = zip(*(_spread(g.tokens_per_s_samples, g.tokens_per_s) for g in ok))
+            symbol = SYMBOLS[i % len(SYMBOLS)] if many else "circle"
+            fig.add_trace(go.Scatter(
+                x=[g.concurrency for g in ok], y=[g.tokens_per_s for g in ok], mode="markers",
+                name=_t(f"{name}: {'predicted' if predicted else 'measured median'}"),
+                marker=dict(color=col, size=9, symbol=symbol + ("-open" if predicted else "")),
+                error_y=dict(type="data", symmetric=False, array=list(up), arrayminus=list(down), visible=not predicted),
+                hovertemplate="concurrency %{x}<br>%{y:.4g} tokens/s<extra></extra>"))
+            if m is None:
+                continue
+            knee = None if many else m.knee(rf.mean_context(prompt_len, output_len))
+            cs = _grid(1, max(c_max * 2, (knee or 0) * 2))
+            fig.add_trace(go.Scatter(x=cs, y=m.generation_tokens_per_s(cs, prompt_len, output_len), mode="lines",
+                                     name=_t(f"{name}: {fit.method} model"), line=dict(color=col, width=2),
+                                     hovertemplate="concurrency %{x:.3g}<br>%{y:.4g} tokens/s<extra></extra>"))
+        if m is not None and not many:  # the asymptotes and knees of one context; with several they would crowd the plot
+            _asymptotes(fig, m, groups[0], label, color, c_max)
     return _layout(fig, "Generation tokens/s against concurrency", "concurrency (sequences)", "output tokens/s")
 
 
+def _asymptotes(fig, m, group, label: str, color: str, c_max: int) -> None:
+    """The memory slope, the compute ceiling and the knees of one context's curve."""
+    import plotly.graph_objects as go
+
+    prompt_len, output_len, ok = group
+    meds = [g.tokens_per_s for g in ok]
+    s = rf.mean_context(prompt_len, output_len)
+    knee = m.knee(s)
+    hi = max(c_max * 2, (knee or 0) * 2)
+    cs = _grid(1, hi)
+    mem = cs / m.decode_terms_s(cs, s)[0]
+    ceiling = m.decode_ceiling_tokens_per_s(s)
+    fig.add_trace(go.Scatter(x=cs, y=mem, mode="lines", name=_t(f"{label}: memory roofline c*BW/(W+c*s*k)"),
+                             line=dict(color=color, dash="dot", width=1)))
+    _hline(fig, ceiling, cs[0], cs[-1], f"{label}: compute ceiling " + ("1/((F+s*a)/PHI + t_seq)" if m.decode.t_seq_s else "PHI/(F+s*a)"), color, dash="dash")
+    if knee is not None:
+        _vline(fig, knee, min(meds) / 2, ceiling * 1.2, f"{label}: decode knee c*={knee:.3g}", color, dash="dashdot")
+    e2e = m.generation_knee(prompt_len, output_len)
+    if e2e is not None and e2e < hi:
+        _vline(fig, e2e, min(meds) / 2, ceiling * 1.2, f"{label}: end-to-end knee (prefill included) {e2e:.3g}",
+               color, dash="longdashdot")
+
+
 def step_figure(items: list[tuple[Profile, Optional[FitResult], str]]):
-    """Decode step and prefill time against concurrency, with the KV-cache capacity limit."""
+    """Decode step and prefill time against concurrency (one pair per context), with the KV-cache
+    capacity limit at the longest context."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
     for p, fit, color in items:
         label = profile_label(p)
-        ok = sorted((g for g in p.generation if g.status == "ok"), key=lambda g: g.concurrency)
-        if not ok:
+        groups = contexts_of(g for g in p.generation if g.status == "ok")
+        if not groups:
             continue
-        dec = [(g.concurrency, g.decode_step_s) for g in ok if g.decode_step_s]
-        pre = [(g.concurrency, g.prefill_s) for g in ok if g.prefill_s]
-        if dec:
-            fig.add_trace(go.Scatter(x=[c for c, _ in dec], y=[t * 1e3 for _, t in dec], mode="markers",
-                                     name=_t(f"{label}: decode step"), marker=dict(color=color, size=9)))
-        if pre:
-            fig.add_trace(go.Scatter(x=[c for c, _ in pre], y=[t * 1e3 for _, t in pre], mode="markers",
-                                     name=_t(f"{label}: prefill"), marker=dict(color=color, size=9, symbol="diamond-open")))
-        ys = [t * 1e3 for _, t in dec + pre] or [1.0]
-        prompt_len, output_len = ok[0].prompt_len, ok[0].output_len
-        c_hi = max(g.concurrency for g in ok) * 2
+        many = len(groups) > 1
+        c_hi = max(g.concurrency for _, _, pts in groups for g in pts) * 2
         m = fit.model if fit else None
-        if m is not None and m.decode is not None:
-            cs = _grid(1, c_hi)
-            s = rf.mean_context(prompt_len, output_len)
-            fig.add_trace(go.Scatter(x=cs, y=m.decode_step_s(cs, s) * 1e3, mode="lines",
-                                     name=_t(f"{label}: decode step ({fit.method})"), line=dict(color=color, width=2)))
-            fig.add_trace(go.Scatter(x=cs, y=m.prefill_s(cs, prompt_len) * 1e3, mode="lines",
-                                     name=_t(f"{label}: prefill ({fit.method})"), line=dict(color=color, width=1.5, dash="dash")))
+        ys = []
+        for i, ((prompt_len, output_len, ok), ctx) in enumerate(zip(groups, context_names(groups))):
+            name = f"{label}, {ctx}" if many else label
+            col = shade(color, i, len(groups))
+            dec = [(g.concurrency, g.decode_step_s) for g in ok if g.decode_step_s]
+            pre = [(g.concurrency, g.prefill_s) for g in ok if g.prefill_s]
+            if dec:
+                fig.add_trace(go.Scatter(x=[c for c, _ in dec], y=[t * 1e3 for _, t in dec], mode="markers",
+                                         name=_t(f"{name}: decode step"), marker=dict(color=col, size=9)))
+            if pre:
+                fig.add_trace(go.Scatter(x=[c for c, _ in pre], y=[t * 1e3 for _, t in pre], mode="markers",
+                                         name=_t(f"{name}: prefill"), marker=dict(color=col, size=9, symbol="diamond-open")))
+            ys += [t * 1e3 for _, t in dec + pre]
+            if m is not None and m.decode is not None:
+                cs = _grid(1, c_hi)
+                s = rf.mean_context(prompt_len, output_len)
+                fig.add_trace(go.Scatter(x=cs, y=m.decode_step_s(cs, s) * 1e3, mode="lines",
+                                         name=_t(f"{name}: decode step ({fit.method})"), line=dict(color=col, width=2)))
+                fig.add_trace(go.Scatter(x=cs, y=m.prefill_s(cs, prompt_len) * 1e3, mode="lines",
+                                         name=_t(f"{name}: prefill ({fit.method})"), line=dict(color=col, width=1.5, dash="dash")))
+        ys = ys or [1.0]
         probe = fit.generation.probe_points if fit is not None and fit.generation is not None else []
-        if probe:  # the overhead probe: what a step costs apart from the weights and the matmuls
-            fig.add_trace(go.Scatter(x=[q.x for q in probe], y=[q.measured_s * 1e3 for q in probe], mode="markers",
-                                     name=_t(f"{label}: overhead probe step"), marker=dict(color=color, size=7, symbol="x")))
-            fig.add_trace(go.Scatter(x=[q.x for q in probe], y=[q.fitted_s * 1e3 for q in probe], mode="lines",
-                                     name=_t(f"{label}: overhead probe step (fit)"), line=dict(color=color, width=1, dash="dot")))
-        kv_c = _kv_concurrency(p, m, prompt_len + output_len)
+        for s in sorted({q.context_len for q in probe}):  # the overhead probe: a step apart from the weights and matmuls
+            qs = sorted((q for q in probe if q.context_len == s), key=lambda q: q.x)
+            at = f", context {s:.0f}" if many else ""
+            fig.add_trace(go.Scatter(x=[q.x for q in qs], y=[q.measured_s * 1e3 for q in qs], mode="markers",
+                                     name=_t(f"{label}: overhead probe step{at}"), marker=dict(color=color, size=7, symbol="x")))
+            fig.add_trace(go.Scatter(x=[q.x for q in qs], y=[q.fitted_s * 1e3 for q in qs], mode="lines",
+                                     name=_t(f"{label}: overhead probe step{at} (fit)"), line=dict(color=color, width=1, dash="dot")))
+        seq_tokens = max(pl + ol for pl, ol, _ in groups)
+        kv_c = _kv_concurrency(p, m, seq_tokens)
         if kv_c is not None and kv_c <= 8 * c_hi:  # further out it only squashes the plot; the table states it
-            _vline(fig, kv_c, min(ys) / 2, max(ys) * 2, f"{label}: KV-cache capacity ({kv_c:.4g} sequences)", color,
+            at = f" at {seq_tokens} tokens" if many else ""
+            _vline(fig, kv_c, min(ys) / 2, max(ys) * 2, f"{label}: KV-cache capacity ({kv_c:.4g} sequences{at})", color,
                    dash="longdash")
     return _layout(fig, "Decode step and prefill time", "concurrency (sequences)", "time (ms)")
 

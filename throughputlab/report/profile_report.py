@@ -1,8 +1,8 @@
 """The report of one or more profiles: sections of figures (report/figures.py), tables
 (report/tables.py) and notes, rendered by report/page.py.
 
-One color per profile; several profiles are overlaid on the same axes (two GPUs, two models,
-vllm against hf). A profile's stored fit is shown; a profile without one is fitted with
+One color per profile (its prompt lengths in shades of it); several profiles are overlaid on the
+same axes (two GPUs, two models, vllm against hf). A profile's stored fit is shown; a profile without one is fitted with
 `throughputlab fit`'s defaults, and the page says so. No torch.
 """
 
@@ -15,8 +15,9 @@ from typing import Optional, Sequence
 from throughputlab.errors import UserError
 from throughputlab.fit.schema import DEFAULT_BOOTSTRAP, DEFAULT_SEED, FitResult, load_fit, micro_batch_statement
 from throughputlab.profile import Profile
+from throughputlab.report.attention import attention_figure, attention_notes, attention_table
 from throughputlab.report.figures import (  # noqa: F401  (figures re-exported for callers of this module)
-    COLORS, _kv_concurrency, generation_figure, profile_label, step_figure, training_figure,
+    COLORS, _kv_concurrency, contexts_of, generation_figure, profile_label, step_figure, training_figure,
 )
 from throughputlab.report.page import Section, render_html
 from throughputlab.report.tables import environment_table, fit_tables, points_tables
@@ -56,11 +57,12 @@ def build_sections(profiles: Sequence[Profile]) -> list[Section]:
             parts.append(fit.generation.knee_note)
             if fit.generation.generation_knee_note:
                 parts.append(fit.generation.generation_knee_note)
-        gp = [g for g in p.generation if g.status == "ok"]
-        if gp:
-            kv_c = _kv_concurrency(p, fit.model if fit else None, gp[0].prompt_len + gp[0].output_len)
+        groups = contexts_of(g for g in p.generation if g.status == "ok")
+        if groups:  # at the longest context, the one the cache binds first
+            seq_tokens = max(pl + ol for pl, ol, _ in groups)
+            kv_c = _kv_concurrency(p, fit.model if fit else None, seq_tokens)
             if kv_c is not None:
-                parts.append(f"KV cache holds {kv_c:,.0f} sequences of {gp[0].prompt_len + gp[0].output_len} tokens")
+                parts.append(f"KV cache holds {kv_c:,.0f} sequences of {seq_tokens} tokens")
         mb = micro_batch_statement(fit) if fit else None
         if mb:
             parts.append(mb)
@@ -68,12 +70,28 @@ def build_sections(profiles: Sequence[Profile]) -> list[Section]:
     summary.notes.extend(warnings)
     sections.append(summary)
     if any(p.generation for p in profiles):
-        sections.append(Section("Generation", anchor="generation",
-                                notes=["Markers: measured medians, bars from the fastest to the slowest repeat. "
-                                       "Solid: the fitted model (end to end, prefill included). Dotted and dashed: the "
-                                       "decode roofline asymptotes (memory slope, compute ceiling); dash-dot: the decode knee; long dash-dot: "
-                                       "the end-to-end knee, where prefill compute is counted too."],
+        notes = ["Markers: measured medians, bars from the fastest to the slowest repeat. "
+                 "Solid: the fitted model (end to end, prefill included). Dotted and dashed: the "
+                 "decode roofline asymptotes (memory slope, compute ceiling); dash-dot: the decode knee; long dash-dot: "
+                 "the end-to-end knee, where prefill compute is counted too."]
+        if any(len(contexts_of(g for g in p.generation if g.status == "ok")) > 1 for p in profiles):
+            notes.append("A profile measured at several prompt lengths has one marker set and one fitted curve per "
+                         "prompt length (darker: shorter), the model evaluated at each one's mean context; its "
+                         "asymptotes and knees are left out of the plot (the knee is stated in the Fit section).")
+        sections.append(Section("Generation", anchor="generation", notes=notes,
                                 figures=[generation_figure(items), step_figure(items)]))
+        att = Section("Attention share of the decode step", anchor="attention",
+                      notes=["The attention's time (its KV reads or its FLOPs, whichever bounds it) over the whole "
+                             "decode step, from the throughput model, at each measured prompt length (solid) and at "
+                             "longer ones (dashed, predicted: outside the measured contexts). With one measured context "
+                             "the attention's own rates are not identified and what stands in for them is used."],
+                      figures=[attention_figure(items)])
+        for p, fit, _ in items:
+            att.notes.extend(attention_notes(p, fit))
+            table = attention_table(p, fit)
+            if table is not None:
+                att.tables.append(table)
+        sections.append(att)
     if any(p.training for p in profiles):
         sections.append(Section("Training", anchor="training", figures=[training_figure(items)]))
     pts = Section("Points", anchor="points",

@@ -7,6 +7,7 @@ from typing import Optional
 
 import pandas as pd
 
+from throughputlab import roofline as rf
 from throughputlab.fit.schema import FitResult, micro_batch_statement
 from throughputlab.profile import Profile
 from throughputlab.report.figures import GiB, profile_label
@@ -46,16 +47,24 @@ def _telemetry(point) -> str:
     return "; ".join(parts)
 
 
+def _ctx(s) -> float:
+    return round(float(s), 3)
+
+
 def points_tables(p: Profile, fit: Optional[FitResult]) -> list[tuple[str, pd.DataFrame]]:
     label = profile_label(p)
-    util = {(u.phase, u.x): u for u in (fit.utilisation if fit else [])}
+    # points are matched by concurrency and context: a profile may measure each concurrency at several contexts
+    util = {(u.phase, u.x, _ctx(u.context_len)): u for u in (fit.utilisation if fit else [])}
     own = fit is not None and p.kind != "predicted"  # a prediction's stored errors belong to the measured profile
-    loo = {pt.x: pt for pt in (fit.generation.points if own and fit.generation else [])}
+    loo = {(pt.x, _ctx(pt.context_len)): pt for pt in (fit.generation.points if own and fit.generation else [])}
+    several = len({g.prompt_len for g in p.generation}) > 1
     rows = []
-    for g in sorted(p.generation, key=lambda g: g.concurrency):
-        u = util.get(("decode", g.concurrency))
-        e = loo.get(g.concurrency)
+    for g in sorted(p.generation, key=lambda g: (g.prompt_len, g.output_len, g.concurrency)):
+        s = _ctx(rf.mean_context(g.prompt_len, g.output_len))
+        u = util.get(("decode", g.concurrency, s))
+        e = loo.get((g.concurrency, s))
         rows.append({
+            **({"prompt len": g.prompt_len} if several else {}),
             "concurrency": g.concurrency, "status": g.status, "tokens/s": _n(g.tokens_per_s),
             "decode step (ms)": _n(None if g.decode_step_s is None else g.decode_step_s * 1e3),
             "prefill (ms)": _n(None if g.prefill_s is None else g.prefill_s * 1e3),
@@ -67,11 +76,11 @@ def points_tables(p: Profile, fit: Optional[FitResult]) -> list[tuple[str, pd.Da
     out = []
     if rows:
         out.append((f"{label}: generation points (decode utilisation)", pd.DataFrame(rows)))
-    tloo = {pt.x: pt for pt in (fit.training.points if own and fit.training else [])}
+    tloo = {(pt.x, _ctx(pt.context_len)): pt for pt in (fit.training.points if own and fit.training else [])}
     rows = []
-    for t in sorted(p.training, key=lambda t: t.micro_batch):
-        u = util.get(("train", t.micro_batch))
-        e = tloo.get(t.micro_batch)
+    for t in sorted(p.training, key=lambda t: (t.seq_len, t.micro_batch)):
+        u = util.get(("train", t.micro_batch, _ctx(t.seq_len)))
+        e = tloo.get((t.micro_batch, _ctx(t.seq_len)))
         rows.append({
             "micro-batch": t.micro_batch, "seq len": t.seq_len, "status": t.status, "tokens/s": _n(t.tokens_per_s),
             "step (ms)": _n(None if t.step_s is None else t.step_s * 1e3),
@@ -151,11 +160,13 @@ def fit_tables(p: Profile, fit: FitResult) -> tuple[list[str], list[tuple[str, p
 
 def environment_table(p: Profile) -> pd.DataFrame:
     hw, env, st = p.hardware, p.environment, p.settings
+    prompts = ", ".join(map(str, sorted({g.prompt_len for g in p.generation}))) or str(st.prompt_len)
+    seqs = ", ".join(map(str, sorted({t.seq_len for t in p.training}))) or str(st.seq_len)
     rows = [("kind", p.kind), ("model", p.model.name), ("parameters (total / active)",
                                                          f"{p.model.params_total:,} / {p.model.params_active:,}"),
             ("device", f"{hw.device_type}: {hw.device_name}"), ("device memory", _fmt((hw.memory_total_bytes or 0) / GiB, "GiB")),
             ("dtype", st.dtype), ("backends", f"{st.gen_backend or '-'} / {st.train_backend or '-'}"),
-            ("lengths", f"prompt {st.prompt_len}, output {st.output_len}, training seq {st.seq_len}"),
+            ("lengths", f"prompt {prompts}, output {st.output_len}, training seq {seqs}"),
             ("repeats", f"{st.rounds} round(s) x {st.repeats} (warm-up {st.warmup}, max cv {st.max_cv})")]
     if hw.cpu:
         rows.append(("cpu", f"{hw.cpu.model} ({hw.cpu.logical_cores} logical cores)"))
