@@ -82,9 +82,8 @@ def weight_bytes(costs: Costs, tokens):
 
 
 def all_weight_bytes(costs: Costs) -> float:
-    """Every weight of the model (all experts, the input embedding of an untied model): what a
-    weight sync moves and what the optimizer updates. Profiles that did not record the total
-    fall back on W plus the experts no token touches."""
+    """Every weight (all experts, an untied input embedding): what a weight sync moves and the
+    optimizer updates; without a recorded total, W plus the experts no token touches."""
     if costs.total_weight_bytes is not None:
         return costs.total_weight_bytes
     k = costs.moe_top_k or 1
@@ -107,8 +106,8 @@ def decode_flops(costs: Costs, c, s):
 
 
 def prefill_bytes(costs: Costs, c, p):
-    """Bytes a prefill of c prompts of p tokens reads: W(c*p) (the weights once; causal attention
-    within the prompt stays on chip, and the KV write is not counted, as in the prefill step time)."""
+    """Bytes a prefill of c prompts of p tokens reads: W(c*p), the weights once (attention within
+    the prompt stays on chip; the KV write is not counted, as in the prefill step time)."""
     return weight_bytes(costs, c * p)
 
 
@@ -186,21 +185,23 @@ def mixed_step_s(costs: Costs, dec, ctx, q1, q2, t0: float, bw: float, phi: floa
 
 
 def static_batch_s(prefill_time, decode_step_time, output_len, overhead_s: float = 0.0):
-    """One static batch: overhead, its prefill, then output_len - 1 decode steps (the prefill
-    emits the first token)."""
+    """One static batch: overhead, prefill, then output_len - 1 decode steps (prefill emits one)."""
     return overhead_s + prefill_time + np.maximum(np.asarray(output_len) - 1, 0) * decode_step_time
 
 
-def train_step_s(b, seq_len, costs: Costs, t0: float, phi_train: float, recompute: bool = False):
+def train_step_s(b, seq_len, costs: Costs, t0: float, phi_train: float, recompute: bool = False,
+                 phi_attn: Optional[float] = None, passes: float = 3.0):
     """Training micro-step: t0 + 3*b*S*(F + S*a/2)/PHI_train (forward + backward ~ 3x forward; 4x
-    with activation checkpointing)."""
-    return _out(t0 + train_flops(costs, b, seq_len, recompute) / phi_train)
+    with activation checkpointing). ``phi_attn``: the causal attention, 3*b*S*S*a/2, at a rate of
+    its own: t0 + 3*b*S*F/PHI_train + 3*b*S*S*a/2/PHI_attn. ``passes`` = 1: a forward pass alone."""
+    n = (passes + recompute) / 3.0
+    attn = 0.0 if phi_attn is None else n * train_flops(costs.model_copy(update={"flops_per_token": 0.0}), b, seq_len)
+    return _out(t0 + (n * train_flops(costs, b, seq_len) - attn) / phi_train + (attn / phi_attn if phi_attn else 0.0))
 
 
-def forward_pass_s(b, seq_len, costs: Costs, t0: float, phi_train: float):
-    """A forward pass only (log-probs, values): t0 + b*S*(F + S*a/2)/PHI_train, a third of the
-    micro-step's compute."""
-    return _out(t0 + train_flops(costs, b, seq_len) / 3.0 / phi_train)
+def forward_pass_s(b, seq_len, costs: Costs, t0: float, phi_train: float, phi_attn: Optional[float] = None):
+    """A forward pass only (log-probs, values): a third of the micro-step's compute."""
+    return train_step_s(b, seq_len, costs, t0, phi_train, phi_attn=phi_attn, passes=1.0)
 
 
 def transfer_s(nbytes: float, bytes_per_s: float, latency_s: float = 0.0) -> float:
@@ -209,8 +210,7 @@ def transfer_s(nbytes: float, bytes_per_s: float, latency_s: float = 0.0) -> flo
 
 
 def device_copy_s(nbytes: float, bw: float, latency_s: float = 0.0) -> float:
-    """Copying ``nbytes`` within one device's memory of bandwidth ``bw``: a copy reads and writes
-    every byte, so it moves at BW/2."""
+    """Copying ``nbytes`` within one device's memory: it reads and writes every byte, at BW/2."""
     return transfer_s(nbytes, bw / 2.0, latency_s)
 
 
@@ -247,8 +247,8 @@ def short_context_knee(costs: Costs, bw: float, phi: float) -> Optional[float]:
 def generation_knee(costs: Costs, prompt_len: float, output_len: int, bw: float, phi: float,
                     phi_prefill: float) -> Optional[float]:
     """Where a whole static batch turns compute-bound: the memory time of its prefill and decode
-    steps equals their compute time, prefill FLOPs included (they share the device with decode,
-    so a long prompt moves the bend of the tokens/s curve below the decode knee)."""
+    steps equals their compute time, prefill FLOPs included (a long prompt moves the bend of the
+    tokens/s curve below the decode knee)."""
     s = mean_context(prompt_len, output_len)
     steps = max(output_len - 1, 0)
 
@@ -261,8 +261,8 @@ def generation_knee(costs: Costs, prompt_len: float, output_len: int, bw: float,
 
 
 def first_crossing(gap: Callable[[float], float], lo: float, hi: float) -> Optional[float]:
-    """Where an increasing ``gap(c)`` (compute time minus memory time) turns positive, by
-    bisection in log c; None when it never does below ``hi``."""
+    """Where an increasing ``gap(c)`` (compute minus memory time) turns positive, by bisection in
+    log c; None when it never does below ``hi``."""
     if gap(hi) <= 0:
         return None
     if gap(lo) >= 0:
@@ -294,8 +294,8 @@ def memory_line(b, mem0: float, mem_per_sample: float):
 
 def max_micro_batch(mem0: Optional[float], mem_per_sample: Optional[float], device_bytes: Optional[float],
                     smallest_oom: Optional[int] = None) -> Optional[int]:
-    """Largest b with M0 + b*m within device memory, capped below the smallest micro-batch that
-    ran out of memory; None when the line or the device memory is unknown."""
+    """Largest b with M0 + b*m within device memory, capped below the smallest OOM micro-batch;
+    None when the line or the device memory is unknown."""
     if mem0 is None or not mem_per_sample or mem_per_sample <= 0 or not device_bytes:
         return None
     b = max(int(math.floor((device_bytes - mem0) / mem_per_sample)), 0)
@@ -345,8 +345,7 @@ def allreduce_s(nbytes, n: int, busbw: float, alpha_s: float = 0.0):
 
 
 def allgather_s(nbytes, n: int, busbw: float, alpha_s: float = 0.0):
-    """All-gather (or reduce-scatter) whose full buffer is ``nbytes``: alpha + m*bus_factor/busbw;
-    0 on one rank."""
+    """All-gather (or reduce-scatter) of a full buffer of ``nbytes``: alpha + m*bus_factor/busbw."""
     if n <= 1:
         return _out(np.zeros_like(np.asarray(nbytes, dtype=float)))
     return _out(alpha_s + np.asarray(nbytes, dtype=float) * bus_factor("all_gather", n) / busbw)
@@ -357,8 +356,7 @@ reduce_scatter_s = allgather_s
 
 def tp_shard(costs: Costs, tp: int) -> Costs:
     """One device's constants under tensor parallelism (Megatron-style, as vLLM shards): weights,
-    FLOPs and attention split TP ways; KV heads split, each device keeping at least one (vLLM
-    replicates KV heads when there are fewer than TP)."""
+    FLOPs and attention split TP ways; KV heads too, at least one per device (vLLM replicates)."""
     if tp <= 1:
         return costs
     k = costs.kv_bytes_per_token
@@ -383,10 +381,9 @@ def tp_comm_s(costs: Costs, tokens, tp: int, busbw: float, alpha_s: float):
 
 def fsdp_comm_s(costs: Costs, n: int, busbw: float, alpha_s: float = 0.0, reduce_bytes_per_param: int = 4,
                 backward: bool = True) -> float:
-    """FSDP's traffic per micro-step and rank: the parameters all-gathered in the forward and again
-    in the backward (2*P*bytes*(n-1)/n), the gradients reduce-scattered (P*bytes_grad*(n-1)/n,
-    fp32 by default), one collective of each per block and the root. ``backward=False``: a
-    forward pass alone (one all-gather)."""
+    """FSDP's traffic per micro-step and rank: parameters all-gathered in the forward and again in
+    the backward (2*P*bytes*(n-1)/n), gradients reduce-scattered (P*bytes_grad*(n-1)/n, fp32 by
+    default), one collective of each per block and the root; ``backward=False``: one all-gather."""
     if n <= 1:
         return 0.0
     params = all_weight_bytes(costs) / costs.bytes_per_param
@@ -409,10 +406,12 @@ def measured_memory_per_rank(mem0_measured: float, costs: Costs, n: int) -> floa
     return max(mem0_measured - training_state_bytes(costs) * (1 - 1 / max(n, 1)), 0.0)
 
 
-def activations_at(mem_per_sample: float, seq_len: float, measured_seq_len: float) -> float:
-    """A measured per-sequence activation slope at another sequence length (linear in S: the
-    flash-attention activations of Korthikanti et al. 2022)."""
-    return mem_per_sample * seq_len / measured_seq_len
+def activations_at(mem_per_sample: float, seq_len, measured_seq_len: float, sq_share: float = 0.0):
+    """A measured per-sequence activation slope m at another sequence length: linear in S (the
+    flash-attention activations of Korthikanti et al. 2022), with a share ``sq_share`` of m growing
+    as S^2 (attention scores kept): m(S) = m1*S + m2*S^2 through m at S_ref."""
+    r = np.asarray(seq_len, dtype=float) / measured_seq_len
+    return _out(mem_per_sample * ((1.0 - sq_share) * r + sq_share * r * r))
 
 
 def fsdp_memory_per_rank_bytes(costs: Costs, n: int, b, activation_per_sequence: float):

@@ -47,6 +47,11 @@ class TrainParams(BaseModel):
     device_memory_bytes: Optional[float] = None
     smallest_oom_micro_batch: Optional[int] = None  # measured: the memory line is capped below it
     seq_len: Optional[int] = None  # the sequence length of the memory line's per-sample slope
+    # the causal attention's own FLOP rate, fitted from several sequence lengths; None: PHI for all FLOPs
+    phi_attn_flops_per_s: Optional[float] = None
+    # share of the per-sample slope at seq_len growing as S^2 (fitted from several lengths; 0: linear in S)
+    mem_sq_share: float = 0.0
+    smallest_oom_by_seq_len: dict[int, int] = {}  # several lengths: the smallest OOM micro-batch at each
 
 
 class CommParams(BaseModel):
@@ -189,14 +194,15 @@ class ThroughputModel(BaseModel):
         """One micro-step of b sequences on each training device (FSDP: plus the collectives not
         hidden under compute; checkpointing: the forward again)."""
         t = self.require("train")
-        compute = rf.train_step_s(b, seq_len, self.costs, t.t0_s, t.phi_flops_per_s, self.activation_checkpointing)
+        compute = rf.train_step_s(b, seq_len, self.costs, t.t0_s, t.phi_flops_per_s, self.activation_checkpointing,
+                                  t.phi_attn_flops_per_s)
         if self.train_devices <= 1 or self.comm is None:
             return compute
         return rf.exposed_s(compute, self._fsdp_comm(), self.comm.fsdp_hidden_share)
 
     def forward_s(self, b, seq_len):
         t = self.require("train")
-        compute = rf.forward_pass_s(b, seq_len, self.costs, t.t0_s, t.phi_flops_per_s)
+        compute = rf.forward_pass_s(b, seq_len, self.costs, t.t0_s, t.phi_flops_per_s, t.phi_attn_flops_per_s)
         if self.train_devices <= 1 or self.comm is None:
             return compute
         return rf.exposed_s(compute, self._fsdp_comm(backward=False), self.comm.fsdp_hidden_share)
@@ -206,17 +212,27 @@ class ThroughputModel(BaseModel):
         t = self.require("train")
         return b * seq_len / (self.train_step_s(b, seq_len) + t.optimizer_step_s)
 
-    def memory_bytes(self, b) -> Optional[float]:
-        """Peak training memory at micro-batch b from the memory line; None without one."""
+    def activation_bytes(self, seq_len=None) -> Optional[float]:
+        """The memory line's per-sequence slope m at ``seq_len`` (default: where it was measured)."""
+        t = self.train
+        if t is None or not t.mem_per_sample_bytes or seq_len is None or not t.seq_len or seq_len == t.seq_len:
+            return None if t is None else t.mem_per_sample_bytes
+        return rf.activations_at(t.mem_per_sample_bytes, seq_len, t.seq_len, t.mem_sq_share)
+
+    def memory_bytes(self, b, seq_len=None) -> Optional[float]:
+        """Peak training memory at micro-batch b (of ``seq_len`` tokens) from the memory line; None without one."""
         t = self.train
         if t is None or t.mem0_bytes is None or not t.mem_per_sample_bytes:
             return None
-        return rf.memory_line(b, t.mem0_bytes, t.mem_per_sample_bytes)
+        return rf.memory_line(b, t.mem0_bytes, self.activation_bytes(seq_len))
 
-    def max_micro_batch(self) -> Optional[int]:
-        """Largest micro-batch whose memory line fits the device (capped below a measured OOM)."""
+    def max_micro_batch(self, seq_len=None) -> Optional[int]:
+        """Largest micro-batch (of ``seq_len`` tokens) whose memory line fits the device, capped below
+        an OOM measured at that length or a shorter one."""
         t = self.train
         if t is None:
             return None
-        return rf.max_micro_batch(t.mem0_bytes, t.mem_per_sample_bytes, t.device_memory_bytes,
-                                  t.smallest_oom_micro_batch)
+        oom = t.smallest_oom_micro_batch if seq_len is None or not t.seq_len or seq_len >= t.seq_len else None
+        if seq_len is not None and t.smallest_oom_by_seq_len:  # an OOM holds at longer lengths too
+            oom = min((v for s, v in t.smallest_oom_by_seq_len.items() if s <= seq_len), default=None)
+        return rf.max_micro_batch(t.mem0_bytes, self.activation_bytes(seq_len), t.device_memory_bytes, oom)
