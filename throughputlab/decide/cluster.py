@@ -158,7 +158,7 @@ def training_model(model: ThroughputModel, pl: Placement, checkpointing: bool, s
         mem0 = None if t.mem0_bytes is None else rf.measured_memory_per_rank(t.mem0_bytes, model.costs, n)
         per = t.mem_per_sample_bytes
         if per is not None and t.seq_len:
-            per = rf.activations_at(per, seq_len, t.seq_len)
+            per = model.activation_bytes(seq_len)  # m(S) as fitted: linear, or with its S^2 share
     else:
         mem0 = rf.fsdp_memory_per_rank_bytes(model.costs, n, 0, 0.0)
         per = activation_per_sequence if activation_per_sequence is not None else t.mem_per_sample_bytes

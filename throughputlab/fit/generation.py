@@ -247,11 +247,16 @@ def _gen_fit_all(spec: _GenSpec, obs: list[GenObs], phi_hi, starts=None) -> _Gen
     return _GenFit(sol, dec, psol, pre, overhead)
 
 
-def _gen_loo(spec: _GenSpec, obs: list[GenObs], phi_hi, x_full) -> list[Optional[float]]:
-    """Held-out relative error of end-to-end tokens/s at every point (None when too few points)."""
+def _gen_loo(spec: _GenSpec, obs: list[GenObs], phi_hi, x_full,
+             step_errors: Optional[list] = None) -> list[Optional[float]]:
+    """Held-out relative error of end-to-end tokens/s at every point (None when too few points);
+    ``step_errors`` collects the same refits' held-out error of the decode step, when timed."""
     def one(rest: list[GenObs], o: GenObs) -> float:
         starts = [x_full] + _decode_starts(spec, rest)[::4]  # the full fit is a near-optimal start
         g = _gen_fit_all(spec, rest, phi_hi, starts=starts)
+        if step_errors is not None and o.decode_step_s:
+            t0, bw, phi, p, ts, ba = g.dec
+            step_errors.append(rf.decode_step_s(o.c, o.s, spec.costs, t0, bw, phi, p, ts, ba) / o.decode_step_s - 1)
         return _predict_gen_tps(spec.costs, g.dec, g.pre, g.overhead, o) / o.tokens_per_s - 1
 
     return leave_one_out(obs, len(spec.lo), one)
@@ -313,11 +318,13 @@ def fit_generation(points: list[GenPoint], costs: Costs, peaks: Peaks, warnings:
             lo, hi = np.append(lo3, lo3[1]), np.append(hi3, hi3[1])
         spec = _GenSpec(costs, form, target, lo, hi, probe_costs)
         full = _gen_fit_all(spec, obs, phi_hi)
-        loo = _gen_loo(spec, obs, phi_hi, full.sol.x)
+        step_errs: list[float] = []
+        loo = _gen_loo(spec, obs, phi_hi, full.sol.x, step_errs if target == "decode_step_s" else None)
         errs = [abs(e) for e in loo if e is not None]
-        candidates[form] = (spec, full, loo, statistics.fmean(errs) if errs else None)
+        candidates[form] = (spec, full, loo, statistics.fmean(errs) if errs else None,
+                            statistics.fmean(abs(e) for e in step_errs) if step_errs else None)
     chosen = choose_form(candidates)
-    spec, g, loo, _ = candidates[chosen]
+    spec, g, loo = candidates[chosen][:3]
 
     boot = pboot = None
     if bootstrap_n > 0:
@@ -358,7 +365,8 @@ def fit_generation(points: list[GenPoint], costs: Costs, peaks: Peaks, warnings:
     loo_errs = [abs(e) for e in loo if e is not None]
     gen = GenerationFit(
         target=target, form=chosen, form_loo_mean_abs_error={k: v[3] for k, v in candidates.items()}, params=params,
-        attention_note=attention_note(chosen, obs, {k: v[3] for k, v in candidates.items()}),
+        attention_note=attention_note(chosen, obs, candidates),
+        form_loo_decode_step_error={k: v[4] for k, v in candidates.items()},
         combinations=combos,
         context_len=statistics.median(o.s for o in obs), knee_note="", n_points=n, rms_rel_residual=rms(g.sol),
         points=pts, loo_max_abs_error=max(loo_errs) if loo_errs else None, probe_points=probe_pts,

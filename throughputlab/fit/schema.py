@@ -14,6 +14,7 @@ from throughputlab.errors import UserError
 from throughputlab.hardware.peaks import peak_flops
 from throughputlab.models.spec import spec_from_config
 from throughputlab.profile import Profile
+from throughputlab import roofline as rf
 from throughputlab.roofline import Costs
 from throughputlab.throughput import ThroughputModel
 
@@ -89,6 +90,7 @@ class GenerationFit(_Strict):
     # the attention terms: fitted (split), or what stands in for them and why they are not fitted
     attention_note: Optional[str] = None
     form_loo_mean_abs_error: dict[str, Optional[float]] = {}  # per candidate form, on tokens/s
+    form_loo_decode_step_error: dict[str, Optional[float]] = {}  # per candidate form, on the decode step
     params: list[ParamEstimate]
     # what the data fix where parameters are not identified (t0 + W/BW without the overhead probe)
     combinations: list[ParamEstimate] = []
@@ -114,6 +116,20 @@ class PrefillFit(_Strict):
     note: Optional[str] = None
 
 
+class MemoryAtSeqLen(_Strict):
+    """The memory at one measured sequence length: its own line and the fitted m(S) beside it."""
+
+    seq_len: int
+    n_points: int
+    line_mem0_bytes: Optional[float] = None  # this length's points alone (two micro-batches or more)
+    line_mem_per_sample_bytes: Optional[float] = None
+    mem_per_sample_bytes: float  # m(S) from the fitted form
+    max_micro_batch: Optional[int] = None  # M0 + b*m(S), capped below an OOM at this length or a shorter one
+    smallest_oom_micro_batch: Optional[int] = None
+    largest_ok_micro_batch: Optional[int] = None
+    loo_max_abs_error: Optional[float] = None  # held-out peak memory, this length's points
+
+
 class MemoryFit(_Strict):
     mem0_bytes: float
     mem_per_sample_bytes: float
@@ -124,6 +140,16 @@ class MemoryFit(_Strict):
     smallest_oom_micro_batch: Optional[int] = None
     largest_ok_micro_batch: Optional[int] = None  # the largest measured micro-batch with status ok
     note: Optional[str] = None
+    # several sequence lengths: M(b, S) = M0 + b*m(S), m(S) = m1*S + m2*S^2 (m2 = 0: "linear"); the
+    # figures above are at seq_len; None: one length, the line M0 + b*m of that length
+    activation_form: Optional[Literal["linear", "quadratic"]] = None
+    seq_len: Optional[int] = None
+    mem_per_token_bytes: Optional[float] = None  # m1
+    mem_per_token_sq_bytes: Optional[float] = None  # m2
+    mem_sq_share: float = 0.0  # m2*S^2 / m(S) at seq_len
+    form_loo_mean_abs_error: dict[str, Optional[float]] = {}  # per candidate form, on peak memory
+    activation_note: Optional[str] = None
+    per_seq_len: list[MemoryAtSeqLen] = []
 
 
 class TrainingFit(_Strict):
@@ -135,6 +161,11 @@ class TrainingFit(_Strict):
     loo_max_abs_error: Optional[float] = None
     memory: Optional[MemoryFit] = None
     note: Optional[str] = None
+    # single: PHI_train for every FLOP; split: the causal attention (S*a/2 per token) at PHI_attn
+    form: Literal["single", "split"] = "single"
+    attention_note: Optional[str] = None  # fitted, or why not and what stands in for it
+    form_loo_mean_abs_error: dict[str, Optional[float]] = {}  # per candidate form, on tokens/s
+    seq_lens: list[int] = []
 
 
 class FitResult(_Strict):
@@ -231,9 +262,12 @@ def load_model(profile: Profile) -> ThroughputModel:
     return fit_profile(profile, bootstrap=0).model
 
 
-def memory_statement(mem: MemoryFit) -> str:
-    """The largest micro-batch from a fitted memory line, beside what the sweep observed."""
+def memory_statement(mem: MemoryFit, seq_len: Optional[int] = None) -> str:
+    """The largest micro-batch from a fitted memory line, beside what the sweep observed; with
+    several sequence lengths measured, at ``seq_len`` (default: the fit's reference length)."""
     gib = 2 ** 30
+    if mem.activation_form is not None and mem.seq_len:
+        return _memory_statement_at(mem, seq_len or mem.seq_len)
     if mem.max_micro_batch is not None:
         text = (f"largest micro-batch that fits: {mem.max_micro_batch} (memory line M0 + b*m within "
                 f"{mem.device_memory_bytes / gib:.3g} GiB")
@@ -246,16 +280,37 @@ def memory_statement(mem: MemoryFit) -> str:
     return text + "; measured: " + ", ".join(x for x in seen if x)
 
 
-def micro_batch_statement(result: FitResult) -> Optional[str]:
+def _memory_statement_at(mem: MemoryFit, seq_len: int) -> str:
+    at = next((m for m in mem.per_seq_len if m.seq_len == seq_len), None)
+    per = rf.activations_at(mem.mem_per_sample_bytes, seq_len, mem.seq_len, mem.mem_sq_share)
+    oom = min((m.smallest_oom_micro_batch for m in mem.per_seq_len if m.seq_len <= seq_len
+               and m.smallest_oom_micro_batch is not None), default=None)
+    max_b = rf.max_micro_batch(mem.mem0_bytes, per, mem.device_memory_bytes, oom)
+    head = f"largest micro-batch that fits at seq len {seq_len}: "
+    if max_b is None:
+        text = head + "unknown from the memory line" + (f" ({mem.note})" if mem.note else "")
+    else:
+        text = (head + f"{max_b} (memory M0 + b*m(S), m(S) {mem.activation_form} in S, within "
+                f"{mem.device_memory_bytes / 2 ** 30:.3g} GiB" + (f", capped below the OOM at {oom})" if
+                                                                   oom is not None and max_b == oom - 1 else ")"))
+    if at is None:
+        return text + f"; not measured at this length (measured: {', '.join(str(m.seq_len) for m in mem.per_seq_len)})"
+    seen = [f"largest ok {at.largest_ok_micro_batch}" if at.largest_ok_micro_batch is not None else None,
+            f"smallest OOM {at.smallest_oom_micro_batch}" if at.smallest_oom_micro_batch is not None else "no OOM"]
+    return text + f"; measured at {seq_len}: " + ", ".join(x for x in seen if x)
+
+
+def micro_batch_statement(result: FitResult, seq_len: Optional[int] = None) -> Optional[str]:
     """The one sentence every command prints about the largest micro-batch: the memory line's
-    answer, and beside it what the sweep observed (largest ok, smallest OOM), each labelled."""
+    answer, and beside it what the sweep observed (largest ok, smallest OOM), each labelled;
+    at ``seq_len`` where the fit has several sequence lengths (default: its reference length)."""
     m = result.model
     if m.train is None:
         return None
     mem = result.training.memory if result.training else None
     if mem is not None:
-        return memory_statement(mem)
-    line = m.max_micro_batch()
+        return memory_statement(mem, seq_len)
+    line = m.max_micro_batch(seq_len)
     if line is None:
         return "largest micro-batch that fits: unknown (no memory line)"
     src = "predicted memory" if result.method != "fit" else "memory line M0 + b*m"

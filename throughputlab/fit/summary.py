@@ -65,16 +65,32 @@ def summary_lines(result: FitResult) -> list[str]:
         lines += [_param_line(e) for e in result.prefill.params + result.prefill.combinations]
     tr = result.training
     if tr is not None:
-        lines.append(f"training (seq len {tr.seq_len}, {tr.n_points} points):")
+        axis = len(tr.seq_lens) > 1
+        lens = f"seq lens {', '.join(map(str, tr.seq_lens))}" if axis else f"seq len {tr.seq_len}"
+        lines.append(f"training ({tr.form} form, {lens}, {tr.n_points} points):")
         lines += [_param_line(e) for e in tr.params]
         phi = next(e.value for e in tr.params if e.name == "phi_train_flops_per_s")
         lines.append(f"  PHI_train vs microbench {_ratio(phi, pk.microbench_flops_per_s)}, "
                      f"vs datasheet {_ratio(phi, pk.datasheet_flops_per_s)}")
+        if tr.attention_note:
+            lines.append(f"  attention term: {tr.attention_note}")
         if tr.loo_max_abs_error is not None:
-            errs = ", ".join(f"{p.x}:{100 * p.loo_rel_error:+.1f}%" for p in tr.points if p.loo_rel_error is not None)
-            lines.append(f"  held-out tokens/s error by micro-batch: {errs} (max {100 * tr.loo_max_abs_error:.1f}%)")
+            errs = ", ".join(f"{p.x}{f'@{p.context_len:.0f}' if axis else ''}:{100 * p.loo_rel_error:+.1f}%"
+                             for p in tr.points if p.loo_rel_error is not None)
+            by = "micro-batch@seq len" if axis else "micro-batch"
+            lines.append(f"  held-out tokens/s error by {by}: {errs} (max {100 * tr.loo_max_abs_error:.1f}%)")
         m = tr.memory
-        if m is not None:
+        if m is not None and m.activation_form is not None:
+            sq = f" + {_si(m.mem_per_token_sq_bytes, 'B')} x S^2" if m.activation_form == "quadratic" else ""
+            lines.append(f"  memory: {_si(m.mem0_bytes, 'B')} + b x m(S), m(S) = "
+                         f"{_si(m.mem_per_token_bytes, 'B')} x S{sq} ({m.activation_note})"
+                         + (f" ({m.note})" if m.note else ""))
+            cells = ", ".join(f"{a.seq_len}:{_si(a.mem_per_sample_bytes, 'B')}"
+                              + (f"/{_si(a.line_mem_per_sample_bytes, 'B')}" if a.line_mem_per_sample_bytes is not None else "")
+                              + f" (max b {a.max_micro_batch if a.max_micro_batch is not None else 'n/a'})"
+                              for a in m.per_seq_len)
+            lines.append(f"  memory per sequence by seq len, m(S)/own line: {cells}")
+        elif m is not None:
             lines.append(f"  memory: {_si(m.mem0_bytes, 'B')} + b x {_si(m.mem_per_sample_bytes, 'B')}"
                          + (f" ({m.note})" if m.note else ""))
         mb = micro_batch_statement(result)
