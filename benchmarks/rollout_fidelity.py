@@ -4,9 +4,10 @@ One vLLM engine (the vllm backend's own class: random weights from the preset co
 synthetic token ids) does two things, interleaved round by round so that background load on
 a shared machine falls on both alike:
 
-- profile points: static batches at each ``--profile-concurrency`` through the backend's
-  ``run`` (what `throughputlab bench --backend vllm --only gen` records), collected into a
-  Profile that ``throughputlab.fit.load_model`` fits;
+- profile points: static batches at each ``--profile-concurrency`` (and each prompt length of
+  ``--profile-contexts``, the context axis) through the backend's ``run`` (what `throughputlab
+  bench --backend vllm --only gen` records), collected into a Profile that
+  ``throughputlab.fit.fit_profile`` fits;
 - real rollouts: ``B`` requests with per-request ``max_tokens = L_i`` (EOS ignored), ``L_i``
   drawn from a lognormal cut at ``--max-tokens``, timed around ``LLM.generate``.
 
@@ -41,12 +42,12 @@ def run_engine(args, batches: list[int], concs: list[int], lengths_for, measure_
 
     prepare_environment(args.device)
     resolved = resolve_model(args.model)
-    max_len = args.prompt_len + max(args.max_tokens, args.profile_output_len)
+    max_len = max(args.prompt_len + args.max_tokens, max(contexts(args)) + args.profile_output_len)
     backend = VLLMGenerationBackend(resolved, dtype=args.dtype, device=args.device, seed=args.seed,
                                     max_concurrency=args.max_num_seqs, max_len=max_len)
     rng = np.random.default_rng(args.seed + 1)
     times: dict[int, list[float]] = {b: [] for b in batches}
-    samples: dict[int, list] = {c: [] for c in concs}
+    samples: dict[tuple[int, int], list] = {(c, p): [] for c in concs for p in contexts(args)}
     backend.start()
     try:
         llm = backend.llm
@@ -65,17 +66,17 @@ def run_engine(args, batches: list[int], concs: list[int], lengths_for, measure_
             return dt
 
         # warm-up: every shape once, untimed
-        for c in concs if measure_profile else []:
-            backend.run(c, args.prompt_len, args.profile_output_len)
+        for c, p in samples if measure_profile else []:
+            backend.run(c, p, args.profile_output_len)
         rollout(min(batches))
         order = np.random.default_rng(args.seed + 2)
         for r in range(args.repeats):
             # profile points and rollouts in a shuffled order each round, so that a drift in background
             # load does not land on one side of the comparison
-            jobs = [("c", c) for c in (concs if measure_profile else [])] + [("b", b) for b in batches]
+            jobs = [("c", cp) for cp in (samples if measure_profile else [])] + [("b", b) for b in batches]
             for kind, x in (jobs[i] for i in order.permutation(len(jobs))):
                 if kind == "c":
-                    samples[x].append(backend.run(x, args.prompt_len, args.profile_output_len))
+                    samples[x].append(backend.run(x[0], x[1], args.profile_output_len))
                 else:
                     times[x].append(rollout(x))
             print(f"  round {r + 1}/{args.repeats}: " + ", ".join(f"B={b} {times[b][-1]:.2f} s" for b in batches),
@@ -96,10 +97,14 @@ def build_profile(args, resolved, engine, samples, concs):
                                           prompt_len=args.prompt_len, output_len=args.profile_output_len,
                                           repeats=1, rounds=args.repeats, seed=args.seed),  # shuffled rounds
                    engine=engine)
-    for c in concs:
-        prof.add_point(GenPoint(backend="vllm", concurrency=c, prompt_len=args.prompt_len,
-                                output_len=args.profile_output_len, status="ok", samples=samples[c], warmup_runs=1))
+    for (c, p), got in samples.items():
+        prof.add_point(GenPoint(backend="vllm", concurrency=c, prompt_len=p,
+                                output_len=args.profile_output_len, status="ok", samples=got, warmup_runs=1))
     return prof
+
+
+def contexts(args) -> list[int]:
+    return [int(x) for x in args.profile_contexts.split(",")] if args.profile_contexts else [args.prompt_len]
 
 
 def main() -> None:
@@ -111,6 +116,8 @@ def main() -> None:
     ap.add_argument("--save-profile", default=None, help="write the profile measured alongside here")
     ap.add_argument("--profile-concurrency", default="1,2,4,8,16,32")
     ap.add_argument("--profile-output-len", type=int, default=96)
+    ap.add_argument("--profile-contexts", default="",
+                    help="prompt lengths of the profile points (the context axis), e.g. 64,256,768; default: --prompt-len")
     ap.add_argument("--batches", default="4,16,64")
     ap.add_argument("--max-num-seqs", type=int, default=32, help="engine sequence cap (the largest profile point too)")
     ap.add_argument("--prompt-len", type=int, default=64)
@@ -126,7 +133,7 @@ def main() -> None:
         os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
 
     from throughputlab.decide.rollout import EngineCaps, LengthDist, simulate_rollout
-    from throughputlab.fit import load_model
+    from throughputlab.fit import fit_profile
     from throughputlab.profile import Profile
 
     batches = [int(x) for x in args.batches.split(",")]
@@ -144,7 +151,8 @@ def main() -> None:
         profile = build_profile(args, resolved, engine, samples, concs)
         if args.save_profile:
             profile.save(args.save_profile)
-    model = load_model(profile)
+    fitted = fit_profile(profile, bootstrap=0)  # point estimates; the intervals play no part here
+    model = fitted.model
     eargs = engine.engine_args if engine else {}
     caps = EngineCaps(max_num_seqs=engine.max_num_seqs if engine else None,
                       kv_cache_tokens=engine.kv_cache_tokens if engine else None,
@@ -156,6 +164,7 @@ def main() -> None:
           f"t0 {d.t0_s * 1e3:.2f} ms, BW {d.bw_bytes_per_s / 1e9:.2f} GB/s, PHI {d.phi_flops_per_s / 1e9:.1f} GFLOP/s, "
           f"per-call overhead {model.gen_overhead_s * 1e3:.0f} ms; knee at concurrency "
           f"{'none (memory-bound)' if knee is None else f'{knee:.3g}'} (context {knee_s:.0f})")
+    print(f"decode form: {fitted.generation.form}; attention terms: {fitted.generation.attention_note}")
     print(f"engine: {caps.describe()}; response lengths lognormal mean {args.mean_tokens:g}, sigma {args.sigma:g}, "
           f"cut {args.max_tokens}; prompt {args.prompt_len}; {args.repeats} rounds\n")
     head = (f"{'batch':>6} {'len mean':>8} {'len max':>7} {'measured s':>10} {'spread':>7} {'predicted s':>11} "
@@ -180,7 +189,8 @@ def main() -> None:
     if args.json:
         Path(args.json).write_text(json.dumps({
             "rows": rows, "caps": caps.model_dump(), "knee": knee, "args": vars(args),
-            "decode": d.model_dump(), "gen_overhead_s": model.gen_overhead_s}, indent=1))
+            "decode": d.model_dump(), "gen_overhead_s": model.gen_overhead_s, "form": fitted.generation.form,
+            "attention_note": fitted.generation.attention_note}, indent=1))
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -72,11 +73,19 @@ class Recorder:
         assert not alive, f"left behind: {alive}"
 
 
-def test_two_replicas_measure_together_a_killed_rank_leaves_nothing_and_resume_finishes(tmp_path, monkeypatch):
+@pytest.fixture
+def short_tmpdir(monkeypatch):
+    """A short TMPDIR (vLLM's unix sockets live under it, and socket paths hold 107 bytes), removed after."""
+    path = tempfile.mkdtemp(prefix="tl-", dir="/tmp")
+    monkeypatch.setenv("TMPDIR", path)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_two_replicas_measure_together_a_killed_rank_leaves_nothing_and_resume_finishes(tmp_path, monkeypatch,
+                                                                                         short_tmpdir):
     from throughputlab.distributed.replicas import run_generation_replicas
 
-    # short: vLLM's unix sockets live under the temp folder, and socket paths hold 107 bytes
-    monkeypatch.setenv("TMPDIR", tempfile.mkdtemp(prefix="tl-", dir="/tmp"))
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
     path = tmp_path / "dp.json"
 
