@@ -262,7 +262,8 @@ def test_cli_bench_on_two_ranks_writes_ok_points_and_leaves_nothing(tmp_path):
                 "--rounds", "1", "--repeats", "2", "--no-telemetry", "-o", str(out), timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "2 ranks" in " ".join(r.stdout.split())
-    assert "per rank" in r.stdout and "optimizer" in r.stdout  # each rank's shards, as measured
+    shown = " ".join(r.stdout.split())
+    assert "per rank (2 ranks)" in shown and "optim" in shown and "exposed" in shown  # each rank's shards, measured
     prof = Profile.load(out)
     assert [(p.micro_batch, p.status) for p in prof.training] == [(1, "ok"), (2, "ok")]
     side = json.loads(out.with_name("ranks.ranks.json").read_text())

@@ -39,8 +39,14 @@ class Recorder:
         self.events, self.on_start, self.seen = [], on_start, {}
 
     def snapshot(self):
-        for p in psutil.Process().children(recursive=True):
-            self.seen.setdefault(p.pid, p)
+        """The launcher (a child of this process) and everything below it: the ranks and their engines."""
+        for child in psutil.Process().children():
+            try:
+                if "torch.distributed.run" in " ".join(child.cmdline()):
+                    for p in [child, *child.children(recursive=True)]:
+                        self.seen.setdefault(p.pid, p)
+            except psutil.Error:
+                pass
 
     def sweep_started(self, kind, total):
         pass
@@ -69,7 +75,13 @@ class Recorder:
 
     def assert_none_left(self):
         assert self.seen, "no process was seen"
-        alive = [p.pid for p in self.seen.values() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        alive = []
+        for p in self.seen.values():
+            try:
+                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                    alive.append((p.pid, " ".join(p.cmdline())[:200]))
+            except psutil.Error:
+                pass
         assert not alive, f"left behind: {alive}"
 
 

@@ -97,9 +97,10 @@ def print_ranks(console, ranks) -> None:
     the communication no compute overlapped."""
     from rich.table import Table
 
-    t = Table(title=f"per rank ({ranks.world_size} ranks; exposed comm: collectives no compute overlapped, "
-                    "torch.profiler; details in PROFILE.ranks.json)")
-    for col in ("micro-batch", "rank", "sequences", "params MiB", "optimizer MiB", "grads MiB", "peak mem GiB",
+    t = Table(title=f"per rank ({ranks.world_size} ranks)",
+              caption="exposed comm: the collectives' time no compute overlapped (torch.profiler); "
+                      "every rank's figures are in PROFILE.ranks.json")
+    for col in ("micro-batch", "rank", "seqs", "params MiB", "optim MiB", "grads MiB", "peak GiB",
                 "exposed comm ms"):
         t.add_column(col, justify="right")
     for p in ranks.points:

@@ -23,15 +23,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import sys
 from pathlib import Path
 from typing import Optional
 
-import torch.distributed as dist
 
-from throughputlab.distributed.ranks import CollectiveFailed, RankContext, broadcast_object, gather_objects, init_ranks, leave
+from throughputlab.distributed.ranks import (
+    AgreedUserError, RankContext, broadcast_object, gather_objects, init_ranks, rank_main,
+)
 from throughputlab.distributed.records import IN_FLIGHT, RankJob
-from throughputlab.distributed.train_worker import AgreedUserError, RankProfile
+from throughputlab.distributed.train_worker import RankProfile
 from throughputlab.errors import UserError
 from throughputlab.parallel import ParallelLayout
 from throughputlab.profile import GenPoint, GenSample, Profile
@@ -246,37 +246,13 @@ def run_job(ctx: RankContext, job: RankJob, device: str) -> None:
 
 def main(argv: Optional[list[str]] = None) -> None:
     """Entry point of one rank; always ends the process (0: the sweep finished)."""
-    argv = sys.argv[1:] if argv is None else argv
-    logging.basicConfig(level=logging.INFO,
-                        format=f"[rank {os.environ.get('RANK', '?')}] %(levelname)s %(name)s: %(message)s")
-    code, clean = 0, True
-    try:
-        if len(argv) != 1:
-            raise UserError("usage: python -m torch.distributed.run ... -m throughputlab.distributed.gen_worker "
-                            "JOB.json")
-        job = RankJob.model_validate_json(Path(argv[0]).read_text())
+    def body(job: RankJob) -> None:
         if job.device not in ("cuda", "cpu") or len(job.devices) < int(os.environ.get("LOCAL_WORLD_SIZE", "1")):
             raise UserError("the job file names no device or too few device lists for the ranks of this machine")
-        device = job.device
         ctx = init_ranks("cpu", threads=1, timeout_s=job.layout.collective_timeout_s)  # gloo: agreement only
-        run_job(ctx, job, device)
-    except AgreedUserError as e:
-        log.error("%s", e)
-        code = 2
-    except UserError as e:
-        log.error("%s", e)
-        code, clean = 2, not dist.is_initialized()
-    except CollectiveFailed as e:
-        log.error("the replicas can no longer communicate (%s): stopping", e)
-        code, clean = 1, False
-    except SystemExit as e:
-        code, clean = (e.code if isinstance(e.code, int) and e.code else 1), False
-    except KeyboardInterrupt:
-        code, clean = 130, False
-    except BaseException:
-        log.exception("rank failed")
-        code, clean = 1, False
-    leave(code, clean=clean)
+        run_job(ctx, job, job.device)
+
+    rank_main(argv, "throughputlab.distributed.gen_worker", body)
 
 
 if __name__ == "__main__":

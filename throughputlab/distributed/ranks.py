@@ -17,12 +17,19 @@ import re
 import signal
 import sys
 from dataclasses import dataclass
-from typing import Any, Optional
+from pathlib import Path
+from typing import Any, Callable, Optional
 
 import torch
 import torch.distributed as dist
 
+from throughputlab.errors import UserError
+
 log = logging.getLogger(__name__)
+
+
+class AgreedUserError(UserError):
+    """A mistake every rank raises together (rank 0 found it and shared it): they leave together."""
 
 _PR_SET_PDEATHSIG = 1
 
@@ -161,3 +168,37 @@ def leave(code: int, *, clean: bool) -> None:
         except Exception:
             pass
     os._exit(code)
+
+
+def rank_main(argv: Optional[list[str]], worker: str, body: Callable[[Any], None]) -> None:
+    """The entry point of one rank of ``worker``: read the job file named in ``argv``
+    (a :class:`~throughputlab.distributed.records.RankJob`), run ``body(job)``, and end the process
+    with a code saying how it went (0: done, 2: a user mistake, 130: interrupted, 1: anything else),
+    leaving the process group cleanly only when the other ranks are leaving too."""
+    from throughputlab.distributed.records import RankJob
+
+    argv = sys.argv[1:] if argv is None else argv
+    logging.basicConfig(level=logging.INFO,
+                        format=f"[rank {os.environ.get('RANK', '?')}] %(levelname)s %(name)s: %(message)s")
+    code, clean = 0, True
+    try:
+        if len(argv) != 1:
+            raise UserError(f"usage: python -m torch.distributed.run ... -m {worker} JOB.json")
+        body(RankJob.model_validate_json(Path(argv[0]).read_text()))
+    except AgreedUserError as e:  # the same on every rank: leave together
+        log.error("%s", e)
+        code = 2
+    except UserError as e:  # this rank's alone: the others may be inside a collective
+        log.error("%s", e)
+        code, clean = 2, not dist.is_initialized()
+    except CollectiveFailed as e:
+        log.error("the ranks can no longer communicate (%s): stopping", e)
+        code, clean = 1, False
+    except SystemExit as e:  # SIGTERM from the launcher's agent
+        code, clean = (e.code if isinstance(e.code, int) and e.code else 1), False
+    except KeyboardInterrupt:
+        code, clean = 130, False
+    except BaseException:
+        log.exception("rank failed")
+        code, clean = 1, False
+    leave(code, clean=clean)

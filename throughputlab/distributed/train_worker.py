@@ -21,18 +21,16 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import sys
 from pathlib import Path
 from typing import Callable, Optional
 
 import torch
-import torch.distributed as dist
 from pydantic import PrivateAttr
 
 from throughputlab.backends.torch_common import PeakMemory, release
 from throughputlab.distributed import comm, fsdp
-from throughputlab.distributed.ranks import (
-    CollectiveFailed, RankContext, broadcast_object, gather_floats, init_ranks, leave,
+from throughputlab.distributed.ranks import (  # noqa: F401  (AgreedUserError: raised here, imported from here)
+    AgreedUserError, RankContext, broadcast_object, gather_floats, init_ranks, rank_main,
 )
 from throughputlab.distributed.records import (
     BACKEND_NAME, IN_FLIGHT, CommTime, DistributedPoint, InFlight, RankJob, RankMemory, RankSample, RanksFile,
@@ -46,10 +44,6 @@ from throughputlab.sweep import Hooks, Point, run_training
 
 log = logging.getLogger(__name__)
 
-
-
-class AgreedUserError(UserError):
-    """A mistake every rank raises together (rank 0 found it and shared it): they leave together."""
 
 
 class RankedSample(TrainSample):
@@ -331,37 +325,14 @@ def resolve_run_dtype(dtype: str, device: str) -> str:
 
 def main(argv: Optional[list[str]] = None) -> None:
     """Entry point of one rank; always ends the process (0: the sweep finished)."""
-    argv = sys.argv[1:] if argv is None else argv
-    logging.basicConfig(level=logging.INFO,
-                        format=f"[rank {os.environ.get('RANK', '?')}] %(levelname)s %(name)s: %(message)s")
-    code, clean = 0, True
-    try:
-        if len(argv) != 1:
-            raise UserError("usage: python -m torch.distributed.run ... -m throughputlab.distributed.train_worker "
-                            "JOB.json")
-        job = RankJob.model_validate_json(Path(argv[0]).read_text())
+    def body(job: RankJob) -> None:
         device = "cuda" if job.spec.device.startswith("cuda") or (
             job.spec.device == "auto" and torch.cuda.is_available()) else "cpu"
         dtype = resolve_run_dtype(job.spec.dtype, device)
         ctx = init_ranks(device, threads=job.layout.threads_per_rank, timeout_s=job.layout.collective_timeout_s)
         run_job(ctx, job, dtype)
-    except AgreedUserError as e:  # the same on every rank: leave together
-        log.error("%s", e)
-        code = 2
-    except UserError as e:  # this rank's alone: the others may be inside a collective
-        log.error("%s", e)
-        code, clean = 2, not dist.is_initialized()
-    except CollectiveFailed as e:
-        log.error("the ranks can no longer communicate (%s): stopping", e)
-        code, clean = 1, False
-    except SystemExit as e:  # SIGTERM from the launcher's agent
-        code, clean = (e.code if isinstance(e.code, int) and e.code else 1), False
-    except KeyboardInterrupt:
-        code, clean = 130, False
-    except BaseException:
-        log.exception("rank failed")
-        code, clean = 1, False
-    leave(code, clean=clean)
+
+    rank_main(argv, "throughputlab.distributed.train_worker", body)
 
 
 if __name__ == "__main__":
