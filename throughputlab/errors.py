@@ -9,3 +9,9 @@ class UserError(Exception):
 
 class EngineMissing(UserError):
     """An optional engine (vllm, py-spy, ...) is not installed."""
+
+
+def first_line(e: BaseException, limit: int = 300) -> str:
+    """An exception's message in one line (its first), for a point's error or a log line."""
+    text = str(e).strip()
+    return (text.splitlines()[0] if text else "")[:limit]

@@ -210,7 +210,7 @@ def analytic_model(spec: ModelSpec, gpu: str, dtype: str = "bfloat16", eff: Effi
         costs=costs,
         decode=DecodeParams(t0_s=eff.decode_t0_s, bw_bytes_per_s=bw, phi_flops_per_s=eff.decode_phi * phi_peak,
                             t_seq_s=eff.decode_t_seq_s,
-                            bw_attn_bytes_per_s=eff.attention_bw * bw / eff.decode_bw if eff.attention_bw else None),
+                            bw_attn_bytes_per_s=eff.attention_bw * ds.memory_bandwidth_bytes_per_s if eff.attention_bw else None),
         prefill=PrefillParams(t0_s=eff.prefill_t0_s, bw_bytes_per_s=bw, phi_flops_per_s=eff.prefill_phi * phi_peak),
         train=TrainParams(t0_s=eff.train_t0_s, phi_flops_per_s=eff.train_phi * phi_peak,
                           mem0_bytes=rf.fsdp_memory_per_rank_bytes(costs, layout.gpus, 0, 0.0),

@@ -342,28 +342,10 @@ class Profile(Strict):
         """Atomic write: the file on disk is always a complete profile."""
         path = Path(path)
         self.environment.updated_at = now_iso()
-        data = self.model_dump_json(indent=1)
-        directory = path.parent if str(path.parent) else Path(".")
         try:
-            directory.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+            write_atomic(path, self.model_dump_json(indent=1))
         except OSError as e:
             raise UserError(f"cannot write profile {path}: {e.strerror or e}; choose another --output") from None
-        try:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a profile is an ordinary file
-            with os.fdopen(fd, "w") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Profile":
@@ -395,3 +377,26 @@ class Profile(Strict):
             where = ".".join(str(x) for x in err["loc"])
             raise UserError(f"profile {path} is malformed at {where}: {err['msg']} "
                             f"({e.error_count()} problem(s) in all)") from None
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Temp file in the same folder, then a rename: readers never see half a file, and a crash
+    leaves the previous one. The file gets the ordinary mode (0666 less the umask)."""
+    directory = path.parent if str(path.parent) else Path(".")
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Generator, Iterable, Optional, Union
 
+from throughputlab.errors import first_line
 from throughputlab.parallel import ParallelLayout
 from throughputlab.profile import GenPoint, Profile, TrainPoint
 from throughputlab.spec import Measurement
@@ -162,7 +163,7 @@ def measure_point(make: Callable[[], Point], run_once: Callable[[], object], bac
     except Exception as e:  # failures are data: an OOM at batch 256 is a finding
         point.samples = []
         point.status = "oom" if backend.is_oom(e) else "error"
-        point.error = f"{type(e).__name__}: {_first_line(e)}"
+        point.error = f"{type(e).__name__}: {first_line(e)}"
         if point.status == "error":
             log.warning("%s %d failed: %s", kind, x, point.error, exc_info=log.isEnabledFor(logging.DEBUG))
         release = getattr(backend, "release", None)
@@ -173,12 +174,12 @@ def measure_point(make: Callable[[], Point], run_once: Callable[[], object], bac
             try:
                 point.telemetry = sampler.stop()
             except Exception as e:
-                log.warning("telemetry of %s %d lost: %s", kind, x, _first_line(e))
+                log.warning("telemetry of %s %d lost: %s", kind, x, first_line(e))
         if recorder is not None:
             try:
                 point.host_profile = recorder.stop()
             except Exception as e:
-                log.warning("py-spy recording of %s %d lost: %s", kind, x, _first_line(e))
+                log.warning("py-spy recording of %s %d lost: %s", kind, x, first_line(e))
     point.peak_mem_bytes = backend.peak_memory_bytes()
     return point
 
@@ -208,7 +209,7 @@ def revisit_point(point: Point, run_once: Callable[[], object], backend, hygiene
     except KeyboardInterrupt:
         raise
     except Exception as e:
-        point.error = f"visit {point.rounds + 1} failed, earlier samples kept: {type(e).__name__}: {_first_line(e)}"
+        point.error = f"visit {point.rounds + 1} failed, earlier samples kept: {type(e).__name__}: {first_line(e)}"
         log.warning("%s %d: %s", kind, x, point.error, exc_info=log.isEnabledFor(logging.DEBUG))
         release = getattr(backend, "release", None)
         if release:
@@ -219,12 +220,7 @@ def revisit_point(point: Point, run_once: Callable[[], object], backend, hygiene
                 summary = sampler.stop()
                 point.telemetry = point.telemetry.combined(summary) if point.telemetry and summary else summary
             except Exception as e:
-                log.warning("telemetry of %s %d (later visit) lost: %s", kind, x, _first_line(e))
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return (text.splitlines()[0] if text else "")[:300]
+                log.warning("telemetry of %s %d (later visit) lost: %s", kind, x, first_line(e))
 
 
 # ---------------------------------------------------------------- sweeps

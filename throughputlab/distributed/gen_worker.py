@@ -32,7 +32,7 @@ from throughputlab.distributed.ranks import (
 )
 from throughputlab.distributed.records import IN_FLIGHT, RankJob
 from throughputlab.distributed.train_worker import RankProfile
-from throughputlab.errors import UserError
+from throughputlab.errors import UserError, first_line
 from throughputlab.parallel import ParallelLayout
 from throughputlab.profile import GenPoint, GenSample, Profile
 from throughputlab.sweep import Hooks, Point, run_generation
@@ -55,7 +55,7 @@ class ReplicaFailure(RuntimeError):
 
 
 @contextlib.contextmanager
-def engine_environment(devices: str, device: str):
+def replica_environment(devices: str, device: str):
     """While the engine starts (its processes copy the environment): this replica's devices, and
     none of the launcher's rank variables."""
     saved = {k: os.environ[k] for k in LAUNCHER_NAMES if k in os.environ}
@@ -100,12 +100,12 @@ class ReplicaBackend:
     def start(self) -> None:
         err: Optional[tuple[str, str]] = None
         try:
-            with engine_environment(self.devices, self.device):
+            with replica_environment(self.devices, self.device):
                 self.inner.start()
         except UserError as e:
             err = ("user", str(e))
         except Exception as e:
-            err = ("error", f"{type(e).__name__}: {_first_line(e)}")
+            err = ("error", f"{type(e).__name__}: {first_line(e)}")
         rows = gather_objects(self.ctx, err)
         bad = [(r, e) for r, e in enumerate(rows) if e is not None]
         if bad:
@@ -122,7 +122,7 @@ class ReplicaBackend:
         try:
             mine = ("ok", self.inner.run(concurrency, prompt_len, output_len).model_dump())
         except Exception as e:
-            mine = ("oom" if self.inner.is_oom(e) else "error", f"{type(e).__name__}: {_first_line(e)}")
+            mine = ("oom" if self.inner.is_oom(e) else "error", f"{type(e).__name__}: {first_line(e)}")
         rows = gather_objects(self.ctx, mine)
         bad = [(r, row) for r, row in enumerate(rows) if row[0] != "ok"]
         if bad:
@@ -150,11 +150,6 @@ class ReplicaBackend:
 
     def close(self) -> None:
         self.inner.close()
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return (text.splitlines()[0] if text else "")[:300]
 
 
 class ReplicaHooks(Hooks):

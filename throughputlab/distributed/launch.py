@@ -300,7 +300,8 @@ class _Watch:
                         self.hooks.point_finished(p, False)
 
 
-def _signature(p: TrainPoint) -> tuple:
+def _signature(p) -> tuple:
+    """What changes when a point (training or generation) is measured further."""
     return (p.status, p.error, len(p.samples), p.rounds, p.remeasured)
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import tempfile
 from pathlib import Path
 from typing import Annotated, Literal, Optional
 
@@ -22,6 +21,7 @@ from pydantic import Field, ValidationError
 from throughputlab.errors import UserError
 from throughputlab.hardware.collectives import CollectiveBench
 from throughputlab.machine import Strict, now_iso
+from throughputlab.profile import write_atomic
 from throughputlab.spec import BenchSpec
 
 RANKS_SCHEMA_VERSION = 1
@@ -198,23 +198,3 @@ def ranks_path(profile_path: str | os.PathLike) -> Path:
     """The side file of a profile: ``run.json`` -> ``run.ranks.json``."""
     p = Path(profile_path)
     return p.with_name(p.stem + ".ranks.json")
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Temp file in the same folder + rename: readers never see half a file."""
-    directory = path.parent if str(path.parent) else Path(".")
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from throughputlab.distributed.launch import RanksResult, _log_reason, launch_and_watch, torchrun_command
+from throughputlab.distributed.launch import RanksResult, _log_reason, _signature, launch_and_watch, torchrun_command
 from throughputlab.distributed.records import IN_FLIGHT, DistributedSpec, RankJob
 from throughputlab.errors import UserError
 from throughputlab.profile import Profile
@@ -151,7 +151,3 @@ class _Watch:
                 self.hooks.point_started("generation", p.concurrency)
             else:
                 self.hooks.point_finished(p, False)
-
-
-def _signature(p) -> tuple:
-    return (p.status, p.error, len(p.samples), p.rounds, p.remeasured)

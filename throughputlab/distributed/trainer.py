@@ -38,6 +38,7 @@ from throughputlab.distributed import fsdp
 from throughputlab.distributed.comm import PHASE_PREFIX
 from throughputlab.distributed.ranks import RankContext, agree_max, gather_floats, gather_objects
 from throughputlab.distributed.records import RankPhases
+from throughputlab.errors import first_line
 from throughputlab.models import ResolvedModel
 
 log = logging.getLogger(__name__)
@@ -201,7 +202,7 @@ class FSDPTrainer:
         worst = agree_max(self.ctx, code)
         if worst == _OK:
             return
-        what = None if failure is None else f"{type(failure).__name__}: {_first_line(failure)}"
+        what = None if failure is None else f"{type(failure).__name__}: {first_line(failure)}"
         reports = gather_objects(self.ctx, what)
         culprits = "; ".join(f"rank {r}: {w}" for r, w in enumerate(reports) if w)
         kind = "out of memory" if worst == _OOM else "failed"
@@ -213,8 +214,3 @@ class FSDPTrainer:
 
     def close(self) -> None:
         self.model = self.optimizer = None
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return (text.splitlines()[0] if text else "")[:300]

@@ -19,6 +19,7 @@ import numpy as np
 
 from throughputlab.fit.schema import ParamEstimate, Peaks
 from throughputlab.fit.solver import LSQ, log_combination_half_width, percentile_ci
+from throughputlab import roofline as rf
 from throughputlab.roofline import Costs
 
 SEPARATING_BYTES_RATIO = 1.5  # memory-bound points whose bytes differ this much tell t0 from bytes/BW
@@ -63,7 +64,7 @@ def constant_step(sol: LSQ, boot: Optional[np.ndarray], weight_bytes: float, wha
     only log t0 when BW was held at ``bw_fixed``."""
     t0 = math.exp(sol.x[0])
     bw = bw_fixed if bw_fixed is not None else math.exp(sol.x[1])
-    value = t0 + weight_bytes / bw
+    value = rf.transfer_s(weight_bytes, bw, t0)  # the weights streamed once at BW, after t0
     grad = np.zeros(len(sol.x))
     grad[0] = t0 / value
     if bw_fixed is None:
@@ -73,7 +74,7 @@ def constant_step(sol: LSQ, boot: Optional[np.ndarray], weight_bytes: float, wha
     if half is not None:
         lo, hi = value * math.exp(-half), value * math.exp(half)
         if boot is not None and len(boot) >= 10:
-            draws = boot[:, 0] + weight_bytes / (boot[:, 1] if bw_fixed is None else bw_fixed)
+            draws = rf.transfer_s(weight_bytes, boot[:, 1] if bw_fixed is None else bw_fixed, boot[:, 0])
             lo, hi = percentile_ci(draws[:, None])[0]
     return ParamEstimate(name=CONSTANT_STEP, value=value, unit="s", lo=lo, hi=hi, identified=half is not None,
                          note=f"t0 + W/BW, W = {weight_bytes / 1e6:.4g} MB: {what}")
