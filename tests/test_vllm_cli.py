@@ -1,6 +1,7 @@
-"""`throughputlab bench --backend vllm` as a user runs it, interrupted with Ctrl-C after its
-first point: the finished point is saved with its telemetry, and no engine process, socket
-or temp folder is left behind. One engine start (about 30 s on two cores)."""
+"""`throughputlab bench --backend vllm` as a user runs it, interrupted after its first point by
+Ctrl-C (SIGINT to the whole process group, as a terminal sends it) or by SIGTERM to the bench
+process alone (`kill PID`): the finished point is saved with its telemetry, and no engine
+process, socket or temp folder is left behind. One engine start each (about 30 s on two cores)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ pytestmark = [
 ]
 
 
-def test_ctrl_c_after_first_point_leaves_nothing_running(tmp_path):
+@pytest.mark.parametrize("stop", ["ctrl-c", "sigterm"])
+def test_interrupt_after_first_point_leaves_nothing_running(tmp_path, stop):
     import psutil
 
     from throughputlab.profile import Profile
@@ -56,7 +58,10 @@ def test_ctrl_c_after_first_point_leaves_nothing_running(tmp_path):
                     pass  # written atomically, but the profile may not have points yet
             assert time.monotonic() < deadline, "no point measured within 400 s"
             time.sleep(0.2)
-        os.killpg(proc.pid, signal.SIGINT)
+        if stop == "ctrl-c":
+            os.killpg(proc.pid, signal.SIGINT)
+        else:  # the bench process only: it must stop the engine's processes itself
+            proc.send_signal(signal.SIGTERM)
         output, _ = proc.communicate(timeout=90)
     finally:
         if proc.poll() is None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import signal
 import sys
 
 import click
@@ -84,8 +85,17 @@ def cli(verbose: int) -> None:
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
 
 
+def _terminate_as_interrupt(signum, frame) -> None:
+    """SIGTERM (``kill PID``, a scheduler's stop) takes Ctrl-C's path: the engine and its processes
+    are shut down and every finished point is saved. A second SIGTERM during that shutdown is
+    ignored; SIGKILL still ends the process at once."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: user errors become one line on stderr and exit code 2."""
+    signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     try:
         cli.main(args=argv, prog_name="throughputlab", standalone_mode=False)
     except UserError as e:
