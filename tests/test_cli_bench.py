@@ -271,7 +271,7 @@ def test_precedence_defaults_file_flags_set(tmp_path):
                 "--set", "generation.prompt_len=8", "--set", "measurement.rounds=1", "-o", str(out))
     assert r.returncode == 0, r.stderr
     s = Profile.load(out).spec
-    assert s.generation.output_len == 4  # file over default (32)
+    assert s.generation.output_len == 4  # file over default (16)
     assert s.measurement.repeats == 2  # flag over file (3)
     assert s.generation.prompt_len == 8 and s.measurement.rounds == 1  # --set over flag and file
     assert s.training.seq_len == 128  # nobody set it: the default
@@ -363,7 +363,7 @@ def test_print_spec_is_a_valid_spec_file(tmp_path):
     again = run_cli("bench", "--print-spec", "--spec", str(spec))
     assert again.returncode == 0 and again.stdout == r.stdout
     assert "model: tiny" in r.stdout and "rounds: 1" in r.stdout
-    assert "concurrency: [1, 2, 4, 8, 16, 32, 64, 128]" in r.stdout
+    assert "concurrency: [1, 2, 4, 8, 16, 32, 64]" in r.stdout
 
 
 def test_context_and_sequence_length_axes_measure_every_pair_and_skip_what_cannot_run(tmp_path):

@@ -19,8 +19,8 @@ OLD = REPORTS / "cpu-amd-epyc-2026-11-29" / "demo-profile.json"  # written befor
 def test_one_set_of_defaults():
     d = DEFAULTS
     assert (d.model, d.generation.backend, d.training.backend) == ("demo", "hf", "torch")
-    assert d.generation.concurrency == [1, 2, 4, 8, 16, 32, 64, 128] and d.training.micro_batches == [1, 2, 4, 8]
-    assert (d.generation.prompt_len, d.generation.output_len, d.training.seq_len) == (64, 32, 128)
+    assert d.generation.concurrency == [1, 2, 4, 8, 16, 32, 64] and d.training.micro_batches == [1, 2, 4, 8]
+    assert (d.generation.prompt_len, d.generation.output_len, d.training.seq_len) == (64, 16, 128)
     m = d.measurement
     assert (m.warmup, m.repeats, m.rounds, m.max_cv, m.max_remeasure, m.auto_cap) == (1, 1, 3, 0.10, 2, 1024)
     assert d.telemetry.enabled and d.telemetry.hz == 20.0
