@@ -198,3 +198,37 @@ def test_cli_target_not_reached_by_one_configuration_is_not_a_number(fake_profil
 def test_cli_bad_flags(fake_profile, capsys, args, needle):
     code, out, err = run_cli(["--profile", fake_profile, "--prompt-len", 64, *args], capsys)
     assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_note_says_when_rollouts_read_far_more_cached_tokens_than_were_measured():
+    from throughputlab.decide.calculator import cached_tokens_read
+
+    spec = DecideSpec.model_validate({"prompts": [2, 32], "group": 4, "shape": SHAPE, "samples": {"nstar": "flat"}})
+    fitted = model().model_copy(update={"source": "fit"})
+    # measured up to 64 sequences at context 72 (the default bench's largest point): 64 sequences
+    # at prompt 64 + up to 256 tokens read several times that
+    measured = 64 * 72.0
+    fitted.decode = fitted.decode.model_copy(update={"measured_cached_tokens": measured})
+    d = decide(spec, fitted)
+    read = max(cached_tokens_read(r) for r in d.rows)
+    assert read > 2 * measured
+    note = next(n for n in d.notes if n.startswith("context:"))
+    assert f"{read / measured:.0f}x" in note and "--contexts" in note
+    # a profile measured at those contexts, a prediction, or a fit stored before the field: no note
+    wide = fitted.model_copy(update={"decode": fitted.decode.model_copy(update={"measured_cached_tokens": read})})
+    older = fitted.model_copy(update={"decode": fitted.decode.model_copy(update={"measured_cached_tokens": None})})
+    for m in (wide, older, model()):
+        assert not any(n.startswith("context:") for n in decide(spec, m).notes)
+
+
+def test_fit_records_the_most_cached_tokens_a_measured_step_read():
+    from throughputlab.fit import fit_profile
+    from throughputlab.profile import Profile
+    from pathlib import Path
+
+    prof = Profile.load(Path(__file__).resolve().parent.parent / "reports" / "cpu-intel-xeon-2026-12-01"
+                        / "context_holdout_vllm.json")
+    r = fit_profile(prof, bootstrap=0)
+    ok = [p for p in prof.generation if p.status == "ok"]
+    assert r.model.decode.measured_cached_tokens == pytest.approx(
+        max(p.concurrency * (p.prompt_len + p.output_len / 2) for p in ok))

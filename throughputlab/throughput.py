@@ -27,6 +27,9 @@ class DecodeParams(BaseModel):
     # the per-kernel form: the attention's own bandwidth (KV reads), fitted from a context axis;
     # None: today's form, one roofline over the summed bytes and FLOPs
     bw_attn_bytes_per_s: Optional[float] = None
+    # the most cached tokens (concurrency x context) one measured decode step read; past it the
+    # attention term is extrapolated. None: not recorded (a prediction, or a fit stored before it)
+    measured_cached_tokens: Optional[float] = None
 
 
 class PrefillParams(BaseModel):

@@ -337,6 +337,9 @@ def decide(spec: DecideSpec, model: ThroughputModel, train_model: Optional[Throu
                             nstar_relative=param.kind == "flat" and param.n is None, **common))
     rows, rec, notes = rank(rows, base_index, notes, flat_nstar=param is not None and param.kind == "flat")
     notes.extend(partial_notes(rows, rec))
+    extrapolated = context_note(model, rows)
+    if extrapolated:
+        notes.append(extrapolated)
     if curves is not None:
         differing = [c.label for c in curves.configs if c.invariant is False]
         if differing:
@@ -348,6 +351,31 @@ def decide(spec: DecideSpec, model: ThroughputModel, train_model: Optional[Throu
                     notes=notes, overlap=spec.shape.overlap, placement=placement.label if placement else None,
                     nstar_source=f"learning curves {curves.source}, target {curves.target:g} ({curves.direction})"
                     if curves else param.describe(), lr_rule=spec.lr.rule, curves=curves)
+
+
+CONTEXT_EXTRAPOLATION = 2.0  # noted when the rollouts' steps read this many times the measured cached tokens
+
+
+def cached_tokens_read(r) -> float:
+    """About the most cached tokens one decode step of this rollout reads: its peak concurrency at the
+    prompt plus the longest response, within the KV cache."""
+    ro = r.step.rollout
+    most = ro.peak_concurrency * (ro.prompt_len + ro.response_len_max)
+    return float(min(most, ro.caps.kv_cache_tokens) if ro.caps.kv_cache_tokens else most)
+
+
+def context_note(model, rows: list[Row]) -> Optional[str]:
+    """Say when the simulated decode steps read far more cached tokens (concurrency x context) than
+    any measured decode step did: the attention term is then an extrapolation of the fit."""
+    if not rows or model.decode is None or model.source != "fit":
+        return None
+    measured = model.decode.measured_cached_tokens
+    read = max(cached_tokens_read(r) for r in rows)
+    if measured is None or read <= CONTEXT_EXTRAPOLATION * measured:
+        return None
+    return (f"context: the rollouts' decode steps read up to about {read:,.0f} cached tokens (concurrency x "
+            f"context), {read / measured:.0f}x the most the profile measured ({measured:,.0f}); the attention "
+            "term is extrapolated that far. Measure with `bench --contexts` up to the response lengths to check it")
 
 
 def partial_notes(rows: list[Row], rec: Optional[Recommendation]) -> list[str]:

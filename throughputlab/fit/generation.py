@@ -373,7 +373,7 @@ def fit_generation(points: list[GenPoint], costs: Costs, peaks: Peaks, warnings:
         probe_weight_bytes=spec.probe_costs.weight_bytes if probe else None,
     )
     dec_params = DecodeParams(t0_s=t0, bw_bytes_per_s=bw, phi_flops_per_s=phi, smooth_p=p, t_seq_s=ts,
-                              bw_attn_bytes_per_s=ba)
+                              bw_attn_bytes_per_s=ba, measured_cached_tokens=max(o.c * o.s for o in obs))
 
     pre_fit = pre_params = None
     if g.psol is not None and g.pre is not None:
