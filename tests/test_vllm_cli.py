@@ -1,6 +1,7 @@
 """`throughputlab bench --backend vllm` as a user runs it, interrupted after its first point by
-Ctrl-C (SIGINT to the whole process group, as a terminal sends it) or by SIGTERM to the bench
-process alone (`kill PID`): the finished point is saved with its telemetry, and no engine
+Ctrl-C (SIGINT to the whole process group, as a terminal sends it), by SIGTERM to the bench
+process alone (`kill PID`), or by SIGKILL to the bench process alone (`kill -9 PID`, where the
+engine's guard cleans up): the finished point is saved with its telemetry, and no engine
 process, socket or temp folder is left behind. One engine start each (about 30 s on two cores)."""
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ pytestmark = [
 ]
 
 
-@pytest.mark.parametrize("stop", ["ctrl-c", "sigterm"])
+@pytest.mark.parametrize("stop", ["ctrl-c", "sigterm", "sigkill"])
 def test_interrupt_after_first_point_leaves_nothing_running(tmp_path, stop):
     import psutil
 
@@ -60,15 +61,18 @@ def test_interrupt_after_first_point_leaves_nothing_running(tmp_path, stop):
             time.sleep(0.2)
         if stop == "ctrl-c":
             os.killpg(proc.pid, signal.SIGINT)
-        else:  # the bench process only: it must stop the engine's processes itself
-            proc.send_signal(signal.SIGTERM)
+        else:  # the bench process only: it (SIGTERM) or the engine's guard (SIGKILL) must stop the engine
+            proc.send_signal(signal.SIGTERM if stop == "sigterm" else signal.SIGKILL)
         output, _ = proc.communicate(timeout=90)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    assert proc.returncode == 130, output[-3000:]
-    assert "interrupted" in output and "--resume" in output
+    if stop == "sigkill":
+        assert proc.returncode == -signal.SIGKILL, output[-3000:]
+    else:
+        assert proc.returncode == 130, output[-3000:]
+        assert "interrupted" in output and "--resume" in output
 
     assert any("EngineCore" in n for n in seen_names), seen_names  # the engine ran in its own processes
     names = {pid: p.name() for pid, p in seen.items() if _alive(p)}

@@ -34,7 +34,7 @@ from throughputlab.backends import INSTALL_HINTS
 from throughputlab.backends.vllm_env import (EnvOverride, engine_environment, is_env_name, prepare_environment,
                                              recorded_cpu_environment, unset_cpu_defaults)
 from throughputlab.backends.vllm_info import read_engine_info
-from throughputlab.backends.vllm_procs import is_alive, new_children, stop_all
+from throughputlab.backends.vllm_procs import is_alive, new_children, start_guard, stop_all, stop_guard
 from throughputlab.errors import EngineMissing, UserError
 from throughputlab.models import ResolvedModel
 from throughputlab.profile import EngineInfo, GenSample
@@ -119,6 +119,7 @@ class VLLMGenerationBackend:
         self.timing = "engine"  # "engine" (per-request stats) or "difference" (two output lengths)
         self._engine_kwargs: dict[str, Any] = {}
         self._engine_procs: list = []  # psutil.Process of the engine's processes, for telemetry and cleanup
+        self._guard = None  # kills the engine's processes should this process die first (vllm_procs)
         self._tmpdir: Optional[str] = None
         self._extra_dirs: list[str] = []
         self._info: Optional[EngineInfo] = None
@@ -231,6 +232,7 @@ class VLLMGenerationBackend:
             self.close()
             raise
         self._track_engine_procs(me, before)
+        self._guard = start_guard(self._engine_procs, [d for d in [self._tmpdir, *self._extra_dirs] if d])
         log.info("vLLM engine started in %.1f s (%d engine processes)", time.perf_counter() - t0,
                  len(self._engine_procs))
         self._info = read_engine_info(self.llm, vllm.__version__, self._engine_kwargs, max_len=self.max_len,
@@ -328,6 +330,8 @@ class VLLMGenerationBackend:
         if self._engine_procs:
             stop_all(self._engine_procs, timeout_s)
             self._engine_procs = []
+        stop_guard(self._guard)
+        self._guard = None
         for d in [self._tmpdir, *self._extra_dirs]:
             if d:
                 shutil.rmtree(d, ignore_errors=True)
