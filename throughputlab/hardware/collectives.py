@@ -72,7 +72,6 @@ SCHEMA_VERSION = 1
 Op = Literal["all_reduce", "all_gather", "reduce_scatter"]
 OPS: tuple[Op, ...] = ("all_reduce", "all_gather", "reduce_scatter")
 ELEMENT_BYTES = 4  # float32, as nccl-tests' default
-RUN_DIR_PREFIX = "throughputlab-collectives-"  # the temporary folder of one run (its result and log)
 KIB = 1024
 
 
@@ -262,7 +261,7 @@ def measure_collectives(nproc: int = 2, device: str = "cpu", sizes: Optional[lis
     sizes = [_round_size(s, nproc) for s in (sizes or default_sizes(device))]
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     t0 = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix=RUN_DIR_PREFIX) as tmp:
+    with tempfile.TemporaryDirectory(prefix="throughputlab-collectives-") as tmp:
         out, log_path = Path(tmp) / "result.json", Path(tmp) / "launcher.log"
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
                "--max-restarts", "0", "--monitor-interval", "0.1", "-m", "throughputlab.hardware.collectives",

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from throughputlab.hardware.collectives import (
-    ELEMENT_BYTES, OPS, RUN_DIR_PREFIX, CollectiveBench, CollectiveOp, CollectivePoint, Op, bus_factor, default_sizes, fit_op,
+    ELEMENT_BYTES, OPS, CollectiveBench, CollectiveOp, CollectivePoint, Op, bus_factor, default_sizes, fit_op,
     point_from_samples,
 )
 
@@ -39,7 +39,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         raise SystemExit("start this module with python -m torch.distributed.run --nproc-per-node N -m "
                          "throughputlab.hardware.collectives --out FILE")
     if args.caller_pid:
-        _exit_with_caller(args.caller_pid, Path(args.out).parent)
+        _exit_with_caller(args.caller_pid)
     from datetime import timedelta
 
     import torch
@@ -71,12 +71,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     return 0
 
 
-def _exit_with_caller(pid: int, run_dir: Path, every_s: float = 0.5) -> None:
+def _exit_with_caller(pid: int, every_s: float = 0.5) -> None:
     """A caller killed with SIGKILL cannot clean up: each rank then ends itself, the launcher
     sees its ranks fail and exits, and nothing of the run outlives the caller by more than a
-    second. The run's temporary folder (the caller's, holding ``--out`` and the launcher's log)
-    goes too. (A thread, as a rank spends its time inside blocking collectives.)"""
-    import shutil
+    second. (A thread, as a rank spends its time inside blocking collectives.)"""
     import threading
 
     import psutil
@@ -95,8 +93,6 @@ def _exit_with_caller(pid: int, run_dir: Path, every_s: float = 0.5) -> None:
                 gone = True
             if gone:
                 log.error("the process that started this run (pid %d) is gone: exiting", pid)
-                if run_dir.name.startswith(RUN_DIR_PREFIX):  # only the folder measure_collectives made
-                    shutil.rmtree(run_dir, ignore_errors=True)
                 os._exit(3)
 
     threading.Thread(target=watch, name="caller-watch", daemon=True).start()
