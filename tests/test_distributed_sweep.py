@@ -258,6 +258,7 @@ def test_cli_bench_on_two_ranks_writes_ok_points_and_leaves_nothing(tmp_path):
 
     out = tmp_path / "ranks.json"
     before = {p.pid for p in psutil.Process().children(recursive=True)}
+    tmp_before = _launcher_folders()
     r = run_cli("bench", "-m", "tiny", "--only", "train", "--nproc-per-node", "2", "-b", "1,2", "--seq-len", "16",
                 "--rounds", "1", "--repeats", "2", "--no-telemetry", "-o", str(out), timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
@@ -275,8 +276,17 @@ def test_cli_bench_on_two_ranks_writes_ok_points_and_leaves_nothing(tmp_path):
     assert bench is not None and bench.world_size == 2 and bench.backend == "gloo"
     assert {op.op for op in bench.ops} == {"all_reduce", "all_gather", "reduce_scatter"}
     assert not ({p.pid for p in psutil.Process().children(recursive=True)} - before)
+    # neither launch (the collectives', the sweep's) left its torchelastic_* log folder in the temp folder
+    assert _launcher_folders() == tmp_before
     assert_user_error(run_cli("bench", "-m", "tiny", "--nproc-per-node", "2", "-o", str(tmp_path / "x.json")),
                       "add --only train")
+
+
+def _launcher_folders() -> set[str]:
+    import glob
+    import tempfile
+
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), "torchelastic_*")))
 
 
 def test_cli_world_sizes_writes_one_profile_per_size_and_prints_the_scaling(tmp_path):

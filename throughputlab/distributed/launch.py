@@ -137,8 +137,10 @@ def run_training_ranks(spec: BenchSpec, layout: DistributedSpec, output: Path, *
         job = RankJob(spec=spec, layout=layout, output=str(output.resolve()), resume=resume,
                       probe_microbench=probe_microbench, command_line=cmd, collectives=collectives)
         job_path.write_text(job.model_dump_json(indent=1))
+        # TMPDIR: the launcher's log folders (torchelastic_*) and the ranks' temporary files go in
+        # this run's folder, removed with it, rather than one more folder in /tmp per run
         child_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1",
-                     "OMP_NUM_THREADS": str(layout.threads_per_rank or 1)}
+                     "OMP_NUM_THREADS": str(layout.threads_per_rank or 1), "TMPDIR": tmp}
         values = None if spec.training.micro_batches == "auto" else list(spec.training.micro_batches)
         hooks.sweep_started("training", len(values) * spec.measurement.rounds if values is not None else None)
         watch = _Watch(output if layout.node_rank == 0 else None, hooks, resume)

@@ -90,7 +90,8 @@ def run_generation_replicas(spec: BenchSpec, output: Path, *, resume: bool = Fal
         job = RankJob(spec=spec, layout=layout, output=str(output.resolve()), resume=resume,
                       probe_microbench=probe_microbench, command_line=cmd, device=device, devices=devices)
         job_path.write_text(job.model_dump_json(indent=1))
-        child_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+        child_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
+                     "TMPDIR": tmp}  # the launcher's log folders and the ranks' temporary files go with this run's
         values = None if gen.concurrency == "auto" else list(gen.concurrency)
         hooks.sweep_started("generation", len(values) * spec.measurement.rounds if values is not None else None)
         watch = _Watch(output, hooks, resume)

@@ -269,7 +269,7 @@ def measure_collectives(nproc: int = 2, device: str = "cpu", sizes: Optional[lis
                "--iters", str(iters), "--warmup", str(warmup), "--timeout-s", str(timeout_s),
                "--caller-pid", str(os.getpid())]
         try:
-            rc = run_tree(cmd, _child_env(device), log_path, timeout_s)
+            rc = run_tree(cmd, {**_child_env(device), "TMPDIR": tmp}, log_path, timeout_s)  # torchelastic_* in here
         except LauncherTimeout:
             raise CollectiveRunError(
                 f"the collectives run ({nproc} ranks) did not finish within {timeout_s:g} s (timeout_s); the launcher "
