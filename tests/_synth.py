@@ -21,7 +21,7 @@ def make_profile(*, model="demo", noise=0.01, seed=0, concurrencies=(1, 2, 4, 8,
                  micro_batches=(1, 2, 4, 8), prompt_len=64, output_len=32, seq_len=128, repeats=3,
                  true=TRUE, name=None, with_steps=True, microbench=(14e9, 70e9), oom_at=None,
                  datasheet=None, probe=None) -> Profile:
-    """``probe``: config overrides of an overhead probe, whose step times are generated too
+    """``microbench``: (copy B/s, matmul FLOP/s[, matrix-vector B/s]). ``probe``: config overrides of an overhead probe, whose step times are generated too
     (same t0, t_seq, BW, PHI; the probe's own W and F)."""
     rng = np.random.default_rng(seed)
     spec = resolve_model(model).spec
@@ -33,7 +33,8 @@ def make_profile(*, model="demo", noise=0.01, seed=0, concurrencies=(1, 2, 4, 8,
     s = prompt_len + output_len / 2
     gen = []
     for c in concurrencies:
-        td = decode_step_s(c, s, costs, true["t0"], true["bw"], true["phi"], true.get("p"), t_seq, true.get("bw_attn"))
+        td = decode_step_s(c, s, costs, true["t0"], true["bw"], true["phi"], true.get("p"), t_seq, true.get("bw_attn"),
+                           true.get("bw_mem"))
         tprobe = decode_step_s(c, s, probe_costs, true["t0"], true["bw"], true["phi"], true.get("p"), t_seq,
                                true.get("bw_attn")) \
             if probe else None
@@ -58,8 +59,8 @@ def make_profile(*, model="demo", noise=0.01, seed=0, concurrencies=(1, 2, 4, 8,
                                 peak_mem_bytes=int(true["mem0"] + b * true["mem_per"] * (1 + noise * rng.standard_normal()))))
     if oom_at:
         train.append(TrainPoint(backend="torch", micro_batch=oom_at, seq_len=seq_len, status="oom", error="out of memory"))
-    mb = MicroBench(dtype="float32", copy_bandwidth_bytes_per_s=microbench[0], matmul_flops_per_s=microbench[1]) \
-        if microbench else None
+    mb = MicroBench(dtype="float32", copy_bandwidth_bytes_per_s=microbench[0], matmul_flops_per_s=microbench[1],
+                    gemv_bandwidth_bytes_per_s=microbench[2] if len(microbench) > 2 else None) if microbench else None
     return Profile(
         model=spec,
         hardware=Hardware(device_type="cpu", device_name="Test CPU", cpu=CpuInfo(model="Test CPU", logical_cores=2),

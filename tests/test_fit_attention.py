@@ -65,3 +65,32 @@ def test_per_kernel_step_is_slower_than_the_summed_one_at_large_concurrency_and_
     # the continuous-batching step without prefill is the decode step, in both forms
     assert rf.mixed_step_s(k, 256, 256 * 3000, 0, 0, 1e-3, 2.7e12, 4e14, 5e14, bw_attn=2.7e12) == \
         pytest.approx(split[1])
+
+
+
+@pytest.mark.parametrize("contexts", [(64,), (64, 256, 512)])
+def test_kv_reads_at_the_probes_read_bandwidth_where_the_fit_would_carry_a_faster_one(contexts):
+    """The weights' fitted BW (t0 and W/BW not separately identified, caches) can exceed what the
+    memory reads; the KV cache of a long context is streamed from memory every step. With the
+    probe's matrix-vector figure the fitted model reads KV no faster than it and predicts 2,048
+    tokens from short contexts (one context too); without it the weights' rate carries over."""
+    true = {**TRUE, "bw_mem": 6e9}  # weights at 12 GB/s, the KV at the memory's 6 GB/s
+    far = make_profile(model="demo", true=true, prompt_len=2048, concurrencies=(4, 16), micro_batches=(), noise=0.0)
+
+    def fitted(gemv):
+        profiles = [make_profile(model="demo", true=true, prompt_len=ctx, concurrencies=(1, 2, 4, 8, 16, 32),
+                                 micro_batches=(), noise=0.01, seed=i, microbench=(14e9, 70e9, gemv))
+                    for i, ctx in enumerate(contexts)]
+        prof = profiles[0]
+        prof.generation = [p for q in profiles for p in q.generation]
+        gen, model = _fit(prof)
+        return gen, model, [model.decode_step_s(p.concurrency, p.prompt_len + p.output_len / 2) / p.decode_step_s - 1
+                            for p in far.generation]
+
+    gen, model, errs = fitted(6e9)
+    assert model.decode.bw_mem_bytes_per_s == 6e9 and model.decode.bw_bytes_per_s > 9e9
+    assert "memory's measured read bandwidth, 6 GB/s" in gen["attention_note"]
+    assert max(abs(e) for e in errs) < 0.03, errs
+    _, uncapped, errs_fast = fitted(None)
+    assert uncapped.decode.bw_mem_bytes_per_s is None
+    assert min(errs_fast) < -0.15, errs_fast  # the weights' rate carried to the KV reads at 2,048 tokens

@@ -130,6 +130,9 @@ def calibration_from(profile: Profile) -> Efficiencies:
         ratio(fit.generation.params, "phi_flops_per_s", phi_ref, "decode_phi")
         eff["attention_bw"] = None  # the measured profile's own form: fitted per kernel, or not
         ratio(fit.generation.params, "bw_attn_bytes_per_s", bw_ref, "attention_bw")
+        if eff["attention_bw"] is not None:  # the KV reads at their ceiling, as the measured model reads them
+            d = m.decode
+            eff["attention_bw"] = rf.kv_read_rate(d.bw_bytes_per_s, d.bw_attn_bytes_per_s, d.bw_mem_bytes_per_s) / bw_ref
         eff["decode_t0_s"] = m.decode.t0_s
         eff["decode_t_seq_s"] = m.decode.t_seq_s
         eff["prefill_t0_s"] = m.prefill.t0_s if m.prefill else m.decode.t0_s

@@ -30,6 +30,9 @@ class DecodeParams(BaseModel):
     # the most cached tokens (concurrency x context) one measured decode step read; past it the
     # attention term is extrapolated. None: not recorded (a prediction, or a fit stored before it)
     measured_cached_tokens: Optional[float] = None
+    # the KV reads' ceiling: the memory's measured read bandwidth (the probe's matrix-vector figure,
+    # or the datasheet's); None: no ceiling (a fit without micro-benchmarks, or stored before it)
+    bw_mem_bytes_per_s: Optional[float] = None
 
 
 class PrefillParams(BaseModel):
@@ -133,13 +136,13 @@ class ThroughputModel(BaseModel):
     def decode_step_s(self, c, s):
         d = self.require("decode")
         return rf.decode_step_s(c, s, self.device_costs, d.t0_s, d.bw_bytes_per_s, d.phi_flops_per_s, d.smooth_p,
-                                d.t_seq_s, d.bw_attn_bytes_per_s) + self._tp_comm(c)
+                                d.t_seq_s, d.bw_attn_bytes_per_s, d.bw_mem_bytes_per_s) + self._tp_comm(c)
 
     def attention_share(self, c, s):
         """The attention's share of the decode step: its own kernel's time (per-kernel form), or in
         today's form the time its KV reads (or FLOPs) take at the step's rates."""
         d = self.require("decode")
-        bw = d.bw_attn_bytes_per_s or d.bw_bytes_per_s
+        bw = rf.kv_read_rate(d.bw_bytes_per_s, d.bw_attn_bytes_per_s, d.bw_mem_bytes_per_s)
         return rf.attention_s(self.device_costs, c * s, bw, d.phi_flops_per_s) / self.decode_step_s(c, s)
 
     def decode_tokens_per_s(self, c, s):
@@ -149,7 +152,8 @@ class ThroughputModel(BaseModel):
         """The memory and compute times of a decode step, before they are combined."""
         d = self.require("decode")
         k = self.device_costs
-        return rf.decode_bytes(k, c, s) / d.bw_bytes_per_s, rf.decode_flops(k, c, s) / d.phi_flops_per_s
+        rate = rf.kv_read_rate(d.bw_bytes_per_s, None, d.bw_mem_bytes_per_s)
+        return rf.decode_mem_s(k, c, s, d.bw_bytes_per_s, rate), rf.decode_flops(k, c, s) / d.phi_flops_per_s
 
     def decode_ceiling_tokens_per_s(self, s):
         d = self.require("decode")
@@ -170,7 +174,7 @@ class ThroughputModel(BaseModel):
         d = self.require("decode")
         return rf.mixed_step_s(self.device_costs, dec, ctx, q1, q2, d.t0_s, d.bw_bytes_per_s, d.phi_flops_per_s,
                                self.prefill_rates().phi_flops_per_s, d.smooth_p, d.t_seq_s,
-                               d.bw_attn_bytes_per_s) + self._tp_comm(dec + q1)
+                               d.bw_attn_bytes_per_s, d.bw_mem_bytes_per_s) + self._tp_comm(dec + q1)
 
     def generation_tokens_per_s(self, c, prompt_len, output_len):
         """Static batch: prefill, then output_len - 1 decode steps at mean context (as the hf backend measures)."""
@@ -181,7 +185,7 @@ class ThroughputModel(BaseModel):
 
     def knee(self, s: float) -> Optional[float]:
         d = self.require("decode")
-        return rf.knee(self.device_costs, s, d.bw_bytes_per_s, d.phi_flops_per_s)
+        return rf.knee(self.device_costs, s, d.bw_bytes_per_s, d.phi_flops_per_s, d.bw_mem_bytes_per_s)
 
     def short_context_knee(self) -> Optional[float]:
         d = self.require("decode")
@@ -190,7 +194,7 @@ class ThroughputModel(BaseModel):
     def generation_knee(self, prompt_len: float, output_len: int) -> Optional[float]:
         d = self.require("decode")
         return rf.generation_knee(self.device_costs, prompt_len, output_len, d.bw_bytes_per_s, d.phi_flops_per_s,
-                                  self.prefill_rates().phi_flops_per_s)
+                                  self.prefill_rates().phi_flops_per_s, d.bw_mem_bytes_per_s)
 
     # ---- training
     def train_step_s(self, b, seq_len):

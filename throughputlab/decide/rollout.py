@@ -204,14 +204,14 @@ def _kv_overflows(st: Steps, starts: np.ndarray, ends: np.ndarray, prompt_len: i
 
 
 @lru_cache(maxsize=4096)
-def _knee_key(costs, bw: float, phi: float, s: float) -> float:
-    knee = rf.knee(costs, s, bw, phi)
+def _knee_key(costs, bw: float, phi: float, s: float, bw_mem: Optional[float]) -> float:
+    knee = rf.knee(costs, s, bw, phi, bw_mem)
     return math.inf if knee is None else knee  # inf stays internal: no concurrency reaches it
 
 
 def _knee_cached(model: ThroughputModel, s: float) -> float:
     d = model.require("decode")
-    return _knee_key(model.costs, d.bw_bytes_per_s, d.phi_flops_per_s, s)
+    return _knee_key(model.costs, d.bw_bytes_per_s, d.phi_flops_per_s, s, d.bw_mem_bytes_per_s)
 
 
 class _Priced:

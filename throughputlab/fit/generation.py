@@ -26,7 +26,7 @@ from throughputlab.throughput import DecodeParams, PrefillParams
 
 MICROBENCH_HEADROOM = 10.0  # caches and read-only traffic can beat a copy benchmark, but not tenfold
 
-Decode = tuple  # (t0, bw, phi, p or None, t_seq, bw_attn or None)
+Decode = tuple  # (t0, bw, phi, p or None, t_seq, bw_attn or None, bw_mem or None)
 
 
 @dataclass
@@ -87,6 +87,22 @@ def ceilings(peaks: Peaks, devices: int = 1) -> tuple[Optional[float], Optional[
     return (bw * devices if bw else None), (phi * devices if phi else None)
 
 
+def kv_ceiling(peaks: Peaks, devices: int = 1) -> Optional[float]:
+    """The KV reads' ceiling (roofline.kv_read_rate): the probe's matrix-vector read bandwidth, else
+    the datasheet's; an engine of ``devices`` devices reads its shards on all of them."""
+    bw = peaks.microbench_gemv_bytes_per_s or peaks.datasheet_bytes_per_s
+    return bw * devices if bw else None
+
+
+def _kv_note(dec: Decode) -> str:
+    t0, bw, phi, p, ts, ba, bm = dec
+    fitted = ba or bw
+    if not bm or rf.kv_read_rate(bw, ba, bm) >= fitted:
+        return ""
+    return (f"; the KV reads at the memory's measured read bandwidth, {bm / 1e9:.3g} GB/s, not the fitted "
+            f"{fitted / 1e9:.3g} GB/s (every step streams the KV cache from memory)")
+
+
 def _bounds(peak_bw: Optional[float], peak_phi: Optional[float], t_scale: float):
     """Log-space search ranges for t0, BW, PHI: wide, but never above a peak (physically impossible)."""
     lo = np.log([1e-9, 1e6, 1e6])
@@ -110,6 +126,7 @@ class _GenSpec:
     lo: np.ndarray
     hi: np.ndarray
     probe_costs: Optional[Costs] = None
+    bw_mem: Optional[float] = None  # the KV reads' ceiling (roofline.kv_read_rate): not fitted
 
     def unpack(self, x: np.ndarray) -> Decode:
         v = [float(z) for z in np.exp(x)]
@@ -119,7 +136,7 @@ class _GenSpec:
             t_seq, i = v[3], 4
         p = v[i] if self.form == "smooth" else None
         bw_attn = v[i] if self.form == "split" else None
-        return v[0], v[1], v[2], p, t_seq, bw_attn
+        return v[0], v[1], v[2], p, t_seq, bw_attn, self.bw_mem
 
 
 def _arrays(obs: list[GenObs], *names: str) -> list[np.ndarray]:
@@ -135,14 +152,14 @@ def _decode_residuals(spec: _GenSpec, obs: list[GenObs]):
     y_probe = _arrays(obs, "probe_step_s")[0] if probe is not None else None
 
     def f(x: np.ndarray) -> np.ndarray:
-        t0, bw, phi, p, ts, ba = spec.unpack(x)
-        td = rf.decode_step_s(c, s, costs, t0, bw, phi, p, ts, ba)
+        t0, bw, phi, p, ts, ba, bm = spec.unpack(x)
+        td = rf.decode_step_s(c, s, costs, t0, bw, phi, p, ts, ba, bm)
         if steps:
             r = np.log(td / y)
         else:  # end to end: prefill with the same parameters, then o-1 decode steps
             r = np.log(rf.static_batch_s(rf.prefill_s(c, p_len, costs, t0, bw, phi, p), td, o_len) / y)
         if probe is not None:
-            r = np.concatenate([r, np.log(rf.decode_step_s(c, s, probe, t0, bw, phi, p, ts, ba) / y_probe)])
+            r = np.concatenate([r, np.log(rf.decode_step_s(c, s, probe, t0, bw, phi, p, ts, ba, bm) / y_probe)])
         return r
 
     return f
@@ -218,8 +235,8 @@ def _prefill_of(costs: Costs, o: GenObs, dec: Decode, pre: Optional[tuple]) -> f
 
 def _predict_gen_tps(costs: Costs, dec: Decode, pre: Optional[tuple], overhead: float, o: GenObs) -> float:
     """End-to-end tokens/s of point o: overhead + prefill + (o-1) decode steps at mean context."""
-    t0, bw, phi, p, ts, ba = dec
-    td = rf.decode_step_s(o.c, o.s, costs, t0, bw, phi, p, ts, ba)
+    t0, bw, phi, p, ts, ba, bm = dec
+    td = rf.decode_step_s(o.c, o.s, costs, t0, bw, phi, p, ts, ba, bm)
     return o.c * o.o / float(rf.static_batch_s(_prefill_of(costs, o, dec, pre), td, o.o, overhead))
 
 
@@ -255,8 +272,8 @@ def _gen_loo(spec: _GenSpec, obs: list[GenObs], phi_hi, x_full,
         starts = [x_full] + _decode_starts(spec, rest)[::4]  # the full fit is a near-optimal start
         g = _gen_fit_all(spec, rest, phi_hi, starts=starts)
         if step_errors is not None and o.decode_step_s:
-            t0, bw, phi, p, ts, ba = g.dec
-            step_errors.append(rf.decode_step_s(o.c, o.s, spec.costs, t0, bw, phi, p, ts, ba) / o.decode_step_s - 1)
+            t0, bw, phi, p, ts, ba, bm = g.dec
+            step_errors.append(rf.decode_step_s(o.c, o.s, spec.costs, t0, bw, phi, p, ts, ba, bm) / o.decode_step_s - 1)
         return _predict_gen_tps(spec.costs, g.dec, g.pre, g.overhead, o) / o.tokens_per_s - 1
 
     return leave_one_out(obs, len(spec.lo), one)
@@ -316,7 +333,7 @@ def fit_generation(points: list[GenPoint], costs: Costs, peaks: Peaks, warnings:
             lo, hi = np.append(lo3, math.log(1.0)), np.append(hi3, math.log(64.0))
         elif form == "split":  # the attention's bandwidth: the same search range as BW
             lo, hi = np.append(lo3, lo3[1]), np.append(hi3, hi3[1])
-        spec = _GenSpec(costs, form, target, lo, hi, probe_costs)
+        spec = _GenSpec(costs, form, target, lo, hi, probe_costs, kv_ceiling(peaks, engine_devices))
         full = _gen_fit_all(spec, obs, phi_hi)
         step_errs: list[float] = []
         loo = _gen_loo(spec, obs, phi_hi, full.sol.x, step_errs if target == "decode_step_s" else None)
@@ -340,10 +357,11 @@ def fit_generation(points: list[GenPoint], costs: Costs, peaks: Peaks, warnings:
     units = (["s", "B/s", "FLOP/s"] + (["s"] if probe else []) + ([""] if chosen == "smooth" else [])
              + (["B/s"] if chosen == "split" else []))
     notes = {}
-    t0, bw, phi, p, ts, ba = g.dec
+    t0, bw, phi, p, ts, ba, bm = g.dec
     if chosen == "smooth" and p is not None and p < 1.0 + 1e-3:
         notes["smooth_p"] = "at 1: memory and compute time add up (no overlap)"
-    mem_bound = [rf.decode_bytes(costs, o.c, o.s) / bw >= rf.decode_flops(costs, o.c, o.s) / phi for o in obs]
+    kv_rate = rf.kv_read_rate(bw, None, bm)
+    mem_bound = [rf.decode_mem_s(costs, o.c, o.s, bw, kv_rate) >= rf.decode_flops(costs, o.c, o.s) / phi for o in obs]
     if all(mem_bound) and target == "decode_step_s":  # end to end, PHI is also seen through the prefill
         notes["phi_flops_per_s"] = "every point is memory-bound: PHI is only bounded from below"
     if not any(mem_bound):
@@ -358,14 +376,14 @@ def fit_generation(points: list[GenPoint], costs: Costs, peaks: Peaks, warnings:
             x=o.c, context_len=o.s, measured_tokens_per_s=o.tokens_per_s,
             fitted_tokens_per_s=_predict_gen_tps(costs, g.dec, g.pre, g.overhead, o),
             loo_tokens_per_s=None if e is None else o.tokens_per_s * (1 + e), loo_rel_error=e,
-            measured_s=o.decode_step_s, fitted_s=rf.decode_step_s(o.c, o.s, costs, t0, bw, phi, p, ts, ba)))
+            measured_s=o.decode_step_s, fitted_s=rf.decode_step_s(o.c, o.s, costs, t0, bw, phi, p, ts, ba, bm)))
     probe_pts = [PointError(x=o.c, context_len=o.s, measured_s=o.probe_step_s,
-                            fitted_s=rf.decode_step_s(o.c, o.s, spec.probe_costs, t0, bw, phi, p, ts, ba))
+                            fitted_s=rf.decode_step_s(o.c, o.s, spec.probe_costs, t0, bw, phi, p, ts, ba, bm))
                  for o in obs] if probe else []
     loo_errs = [abs(e) for e in loo if e is not None]
     gen = GenerationFit(
         target=target, form=chosen, form_loo_mean_abs_error={k: v[3] for k, v in candidates.items()}, params=params,
-        attention_note=attention_note(chosen, obs, candidates),
+        attention_note=attention_note(chosen, obs, candidates) + _kv_note(g.dec),
         form_loo_decode_step_error={k: v[4] for k, v in candidates.items()},
         combinations=combos,
         context_len=statistics.median(o.s for o in obs), knee_note="", n_points=n, rms_rel_residual=rms(g.sol),
@@ -373,7 +391,8 @@ def fit_generation(points: list[GenPoint], costs: Costs, peaks: Peaks, warnings:
         probe_weight_bytes=spec.probe_costs.weight_bytes if probe else None,
     )
     dec_params = DecodeParams(t0_s=t0, bw_bytes_per_s=bw, phi_flops_per_s=phi, smooth_p=p, t_seq_s=ts,
-                              bw_attn_bytes_per_s=ba, measured_cached_tokens=max(o.c * o.s for o in obs))
+                              bw_attn_bytes_per_s=ba, measured_cached_tokens=max(o.c * o.s for o in obs),
+                              bw_mem_bytes_per_s=bm)
 
     pre_fit = pre_params = None
     if g.psol is not None and g.pre is not None:

@@ -1,11 +1,4 @@
-"""The throughput model's physics: every step cost, written once (equations: docs/model.md).
-
-Small pure functions of the model constants (:class:`Costs`: W, k, F, a and what MoE needs)
-and the rates (t0, BW, PHI). Each takes floats or numpy arrays alike (arrays broadcast; a
-scalar in gives a float out), so the fit evaluates a sweep and the rollout simulation
-thousands of steps in one call. ``fit``, ``predict``, ``report`` and ``decide`` call these
-and derive nothing themselves. Times in seconds, sizes in bytes. No torch, no scipy.
-"""
+"""The model constants (Costs) and the step times of one device: bytes, FLOPs, rooflines, knees."""
 
 from __future__ import annotations
 
@@ -141,21 +134,45 @@ def combine(mem, comp, p: Optional[float] = None):
 
 
 def decode_step_s(c, s, costs: Costs, t0: float, bw: float, phi: float, p: Optional[float] = None,
-                  t_seq: float = 0.0, bw_attn: Optional[float] = None):
-    """t_dec(c, s) = t0 + c*t_seq + max((W(c) + c*s*k)/BW, c*(F + s*a)/PHI)  (Williams et al. 2009's
-    roofline per step; t_seq: a per-sequence cost near neither roof, fitted only with an overhead probe).
+                  t_seq: float = 0.0, bw_attn: Optional[float] = None, bw_mem: Optional[float] = None):
+    """t_dec(c, s) = t0 + c*t_seq + max(W(c)/BW + c*s*k/BW_kv, c*(F + s*a)/PHI)  (Williams et al. 2009's
+    roofline per step; t_seq: a per-sequence cost near neither roof, fitted only with an overhead probe;
+    BW_kv: :func:`kv_read_rate`, BW unless ``bw_mem`` is lower).
     ``bw_attn`` (per-kernel form): GEMMs and attention on their own rooflines, in sequence:
     t0 + c*t_seq + max(W(c)/BW, c*F/PHI) + attention_s(c*s)."""
+    rate = kv_read_rate(bw, bw_attn, bw_mem)
     if bw_attn is None:
-        return _out(t0 + c * t_seq + combine(decode_bytes(costs, c, s) / bw, decode_flops(costs, c, s) / phi, p))
+        return _out(t0 + c * t_seq + combine(decode_mem_s(costs, c, s, bw, rate), decode_flops(costs, c, s) / phi, p))
     gemm = combine(weight_bytes(costs, c) / bw, c * costs.flops_per_token / phi, p)
-    return _out(t0 + c * t_seq + gemm + attention_s(costs, c * s, bw_attn, phi))
+    return _out(t0 + c * t_seq + gemm + attention_s(costs, c * s, rate, phi))
 
 
 def attention_s(costs: Costs, ctx, bw_attn: float, phi: float):
     """The decode attention over ``ctx`` context tokens summed over the sequences, as its own kernel:
     max(ctx*k/BW_attn, ctx*a/PHI) (FlashDecoding-style kernels read each sequence's KV once)."""
     return _out(np.maximum(ctx * costs.kv_bytes_per_token / bw_attn, ctx * costs.attn_flops_per_ctx_token / phi))
+
+
+def kv_read_rate(bw: float, bw_attn: Optional[float] = None, bw_mem: Optional[float] = None) -> float:
+    """The rate a decode step reads the KV cache at: the attention's own bandwidth (per-kernel form),
+    else BW, but never above ``bw_mem``, the memory's measured read bandwidth. Each step streams
+    the batch's KV cache from memory, so a fitted rate above that (t0 and W/BW not separately
+    identified, or caches small enough to stay in the last-level cache) does not carry over to
+    long contexts."""
+    rate = bw_attn or bw
+    return min(rate, bw_mem) if bw_mem else rate
+
+
+def decode_mem_s(costs: Costs, c, s, bw: float, kv_rate: Optional[float] = None):
+    """The memory time of a decode step: W(c)/BW + c*s*k/BW_kv (BW_kv = BW: decode_bytes/BW)."""
+    return _out(weight_bytes(costs, c) / bw + c * s * costs.kv_bytes_per_token / (kv_rate or bw))
+
+
+def kv_at_bw(costs: Costs, bw: float, bw_mem: Optional[float]) -> Costs:
+    """Costs whose KV bytes, read at BW, take as long as the real ones at :func:`kv_read_rate`: how
+    the knees see KV reads slower than the weights'."""
+    rate = kv_read_rate(bw, None, bw_mem)
+    return costs if rate >= bw else costs.model_copy(update={"kv_bytes_per_token": costs.kv_bytes_per_token * bw / rate})
 
 
 def prefill_tokens_s(q1, q2, costs: Costs, t0: float, bw: float, phi: float, p: Optional[float] = None):
@@ -171,17 +188,19 @@ def prefill_s(c, prompt_len, costs: Costs, t0: float, bw: float, phi: float, p: 
 
 
 def mixed_step_s(costs: Costs, dec, ctx, q1, q2, t0: float, bw: float, phi: float, phi_prefill: float,
-                 p: Optional[float] = None, t_seq: float = 0.0, bw_attn: Optional[float] = None):
+                 p: Optional[float] = None, t_seq: float = 0.0, bw_attn: Optional[float] = None,
+                 bw_mem: Optional[float] = None):
     """A continuous-batching step: ``dec`` decodes of summed context ``ctx`` and q1 prefill tokens (q2:
     their squares summed per prompt); weights and KV read once, prefill FLOPs at the prefill's rate.
     q1 = 0: :func:`decode_step_s` at s = ctx/dec; ``bw_attn``: attention as its own kernel."""
     pre = (q1 * costs.flops_per_token + q2 * costs.attn_flops_per_ctx_token / 2) / phi_prefill
+    rate = kv_read_rate(bw, bw_attn, bw_mem)
     if bw_attn is None:
-        mem = weight_bytes(costs, dec + q1) + ctx * costs.kv_bytes_per_token
+        mem = weight_bytes(costs, dec + q1) / bw + ctx * costs.kv_bytes_per_token / rate
         comp = (dec * costs.flops_per_token + ctx * costs.attn_flops_per_ctx_token) / phi + pre
-        return _out(t0 + dec * t_seq + combine(mem / bw, comp, p))
+        return _out(t0 + dec * t_seq + combine(mem, comp, p))
     gemm = combine(weight_bytes(costs, dec + q1) / bw, dec * costs.flops_per_token / phi + pre, p)
-    return _out(t0 + dec * t_seq + gemm + attention_s(costs, ctx, bw_attn, phi))
+    return _out(t0 + dec * t_seq + gemm + attention_s(costs, ctx, rate, phi))
 
 
 def static_batch_s(prefill_time, decode_step_time, output_len, overhead_s: float = 0.0):
@@ -231,8 +250,10 @@ def knee_concurrency_numeric(costs: Costs, s: float, bw: float, phi: float, c_ma
     return first_crossing(lambda c: decode_flops(costs, c, s) / phi - decode_bytes(costs, c, s) / bw, 1e-6, c_max)
 
 
-def knee(costs: Costs, s: float, bw: float, phi: float) -> Optional[float]:
-    """The decode knee at context s: closed form for dense models, numeric for MoE."""
+def knee(costs: Costs, s: float, bw: float, phi: float, bw_mem: Optional[float] = None) -> Optional[float]:
+    """The decode knee at context s: closed form for dense models, numeric for MoE (``bw_mem``: the
+    KV reads' ceiling, :func:`kv_read_rate`)."""
+    costs = kv_at_bw(costs, bw, bw_mem)
     if costs.moe_num_experts:
         return knee_concurrency_numeric(costs, s, bw, phi)
     return knee_concurrency(costs, s, bw, phi)
@@ -245,12 +266,13 @@ def short_context_knee(costs: Costs, bw: float, phi: float) -> Optional[float]:
 
 
 def generation_knee(costs: Costs, prompt_len: float, output_len: int, bw: float, phi: float,
-                    phi_prefill: float) -> Optional[float]:
+                    phi_prefill: float, bw_mem: Optional[float] = None) -> Optional[float]:
     """Where a whole static batch turns compute-bound: the memory time of its prefill and decode
     steps equals their compute time, prefill FLOPs included (a long prompt moves the bend of the
     tokens/s curve below the decode knee)."""
     s = mean_context(prompt_len, output_len)
     steps = max(output_len - 1, 0)
+    costs = kv_at_bw(costs, bw, bw_mem)
 
     def gap(c: float) -> float:
         mem = (steps * decode_bytes(costs, c, s) + prefill_bytes(costs, c, prompt_len)) / bw
@@ -282,138 +304,3 @@ def decode_ceiling_tokens_per_s(costs: Costs, s, phi: float, t_seq: float = 0.0)
 def single_stream_bound(costs: Costs, peak_bw: float) -> float:
     """Upper bound of one sequence's decode tokens/s: peak bandwidth over the weight bytes per token."""
     return peak_bw / costs.weight_bytes
-
-
-# ---------------------------------------------------------------- memory
-
-
-def memory_line(b, mem0: float, mem_per_sample: float):
-    """Peak training memory of a micro-batch of b sequences: M(b) = M0 + b*m."""
-    return _out(mem0 + np.asarray(b, dtype=float) * mem_per_sample)
-
-
-def max_micro_batch(mem0: Optional[float], mem_per_sample: Optional[float], device_bytes: Optional[float],
-                    smallest_oom: Optional[int] = None) -> Optional[int]:
-    """Largest b with M0 + b*m within device memory, capped below the smallest OOM micro-batch;
-    None when the line or the device memory is unknown."""
-    if mem0 is None or not mem_per_sample or mem_per_sample <= 0 or not device_bytes:
-        return None
-    b = max(int(math.floor((device_bytes - mem0) / mem_per_sample)), 0)
-    if smallest_oom is not None and smallest_oom <= b:
-        b = smallest_oom - 1
-    return b
-
-
-def kv_cache_tokens(costs: Costs, device_bytes: float, utilization: float = VLLM_GPU_MEMORY_UTILIZATION) -> int:
-    """KV-cache tokens an engine holds: its share of device memory minus every weight, over k."""
-    free = utilization * device_bytes - all_weight_bytes(costs)
-    return int(free / costs.kv_bytes_per_token) if free > 0 else 0
-
-
-def training_state_bytes(costs: Costs) -> float:
-    """Weights, gradients and Adam states of mixed-precision training, 16 bytes per parameter."""
-    return ADAM_BYTES_PER_PARAM * all_weight_bytes(costs) / costs.bytes_per_param
-
-
-def activation_bytes_per_sequence(spec: ModelSpec, seq_len: int, bytes_per_param: int,
-                                  checkpointing: bool = False) -> float:
-    """Activations kept for backward per sequence: 34*S*h per layer at 16 bits with flash attention
-    (Korthikanti et al. 2022, table 2, without the s^2 term), plus fp32 logits and their gradient.
-    With activation checkpointing per block: each block's input (S*h values) and one block's
-    activations while it is recomputed (Korthikanti et al. 2022, section 4, full recomputation)."""
-    block = seq_len * spec.hidden_size * 34 * bytes_per_param / 2
-    logits = seq_len * spec.vocab_size * 8
-    if checkpointing:
-        return spec.num_layers * seq_len * spec.hidden_size * bytes_per_param + block + logits
-    return spec.num_layers * block + logits
-
-
-# ---------------------------------------------------------------- many devices
-
-
-def bus_factor(op: str, n: int) -> float:
-    """nccl-tests' bus bandwidth over algorithm bandwidth: 2(n-1)/n for all-reduce, (n-1)/n for
-    all-gather and reduce-scatter (their bytes the full buffer), so rank counts compare."""
-    return 2 * (n - 1) / n if op == "all_reduce" else (n - 1) / n
-
-
-def allreduce_s(nbytes, n: int, busbw: float, alpha_s: float = 0.0):
-    """All-reduce of ``nbytes`` over n ranks: alpha + m*bus_factor/busbw; 0 on one rank."""
-    if n <= 1:
-        return _out(np.zeros_like(np.asarray(nbytes, dtype=float)))
-    return _out(alpha_s + np.asarray(nbytes, dtype=float) * bus_factor("all_reduce", n) / busbw)
-
-
-def allgather_s(nbytes, n: int, busbw: float, alpha_s: float = 0.0):
-    """All-gather (or reduce-scatter) of a full buffer of ``nbytes``: alpha + m*bus_factor/busbw."""
-    if n <= 1:
-        return _out(np.zeros_like(np.asarray(nbytes, dtype=float)))
-    return _out(alpha_s + np.asarray(nbytes, dtype=float) * bus_factor("all_gather", n) / busbw)
-
-
-reduce_scatter_s = allgather_s
-
-
-def tp_shard(costs: Costs, tp: int) -> Costs:
-    """One device's constants under tensor parallelism (Megatron-style, as vLLM shards): weights,
-    FLOPs and attention split TP ways; KV heads too, at least one per device (vLLM replicates)."""
-    if tp <= 1:
-        return costs
-    k = costs.kv_bytes_per_token
-    if costs.num_kv_heads:
-        k = k / costs.num_kv_heads * max(costs.num_kv_heads // tp, 1)
-    else:
-        k = k / tp
-    total = None if costs.total_weight_bytes is None else costs.total_weight_bytes / tp
-    return costs.model_copy(update={
-        "weight_bytes": costs.weight_bytes / tp, "kv_bytes_per_token": k, "flops_per_token": costs.flops_per_token / tp,
-        "attn_flops_per_ctx_token": costs.attn_flops_per_ctx_token / tp, "moe_expert_bytes": costs.moe_expert_bytes / tp,
-        "total_weight_bytes": total})
-
-
-def tp_comm_s(costs: Costs, tokens, tp: int, busbw: float, alpha_s: float):
-    """Two all-reduces per layer of tokens*hidden*bytes (attention output and MLP output, Megatron)."""
-    if tp <= 1 or not costs.num_layers or not costs.hidden_size:
-        return _out(np.zeros_like(np.asarray(tokens, dtype=float)))
-    m = np.asarray(tokens, dtype=float) * costs.hidden_size * costs.bytes_per_param
-    return _out(2 * costs.num_layers * allreduce_s(m, tp, busbw, alpha_s))
-
-
-def fsdp_comm_s(costs: Costs, n: int, busbw: float, alpha_s: float = 0.0, reduce_bytes_per_param: int = 4,
-                backward: bool = True) -> float:
-    """FSDP's traffic per micro-step and rank: parameters all-gathered in the forward and again in
-    the backward (2*P*bytes*(n-1)/n), gradients reduce-scattered (P*bytes_grad*(n-1)/n, fp32 by
-    default), one collective of each per block and the root; ``backward=False``: one all-gather."""
-    if n <= 1:
-        return 0.0
-    params = all_weight_bytes(costs) / costs.bytes_per_param
-    groups = (costs.num_layers or 0) + 1
-    gather = allgather_s(params * costs.bytes_per_param, n, busbw)
-    if not backward:
-        return float(gather + groups * alpha_s)
-    scatter = reduce_scatter_s(params * reduce_bytes_per_param, n, busbw)
-    return float(2 * gather + scatter + 3 * groups * alpha_s)
-
-
-def exposed_s(compute_s, comm_s, hidden_share: float):
-    """A step whose communication overlaps its compute: compute + the share of comm not hidden."""
-    return _out(compute_s + (1.0 - hidden_share) * np.asarray(comm_s, dtype=float))
-
-
-def measured_memory_per_rank(mem0_measured: float, costs: Costs, n: int) -> float:
-    """A one-device memory line's intercept on one of n FSDP ranks: the training state it holds
-    (16 bytes per parameter) sharded n ways, the rest (buffers, the runtime) as measured."""
-    return max(mem0_measured - training_state_bytes(costs) * (1 - 1 / max(n, 1)), 0.0)
-
-
-def activations_at(mem_per_sample: float, seq_len, measured_seq_len: float, sq_share: float = 0.0):
-    """A measured per-sequence activation slope m at another sequence length: linear in S (the
-    flash-attention activations of Korthikanti et al. 2022), with a share ``sq_share`` of m growing
-    as S^2 (attention scores kept): m(S) = m1*S + m2*S^2 through m at S_ref."""
-    r = np.asarray(seq_len, dtype=float) / measured_seq_len
-    return _out(mem_per_sample * ((1.0 - sq_share) * r + sq_share * r * r))
-
-
-def fsdp_memory_per_rank_bytes(costs: Costs, n: int, b, activation_per_sequence: float):
-    """(parameters + gradients + optimizer states) / N + b sequences of activations."""
-    return _out(training_state_bytes(costs) / max(n, 1) + np.asarray(b, dtype=float) * activation_per_sequence)

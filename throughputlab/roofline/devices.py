@@ -1,0 +1,97 @@
+"""Many devices: collectives (nccl-tests' bus bandwidth), tensor-parallel sharding and its
+all-reduces, FSDP's traffic and memory per rank."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from throughputlab.roofline.core import Costs, _out, all_weight_bytes
+from throughputlab.roofline.memory import training_state_bytes
+
+
+def bus_factor(op: str, n: int) -> float:
+    """nccl-tests' bus bandwidth over algorithm bandwidth: 2(n-1)/n for all-reduce, (n-1)/n for
+    all-gather and reduce-scatter (their bytes the full buffer), so rank counts compare."""
+    return 2 * (n - 1) / n if op == "all_reduce" else (n - 1) / n
+
+
+def allreduce_s(nbytes, n: int, busbw: float, alpha_s: float = 0.0):
+    """All-reduce of ``nbytes`` over n ranks: alpha + m*bus_factor/busbw; 0 on one rank."""
+    if n <= 1:
+        return _out(np.zeros_like(np.asarray(nbytes, dtype=float)))
+    return _out(alpha_s + np.asarray(nbytes, dtype=float) * bus_factor("all_reduce", n) / busbw)
+
+
+def allgather_s(nbytes, n: int, busbw: float, alpha_s: float = 0.0):
+    """All-gather (or reduce-scatter) of a full buffer of ``nbytes``: alpha + m*bus_factor/busbw."""
+    if n <= 1:
+        return _out(np.zeros_like(np.asarray(nbytes, dtype=float)))
+    return _out(alpha_s + np.asarray(nbytes, dtype=float) * bus_factor("all_gather", n) / busbw)
+
+
+reduce_scatter_s = allgather_s
+
+
+def tp_shard(costs: Costs, tp: int) -> Costs:
+    """One device's constants under tensor parallelism (Megatron-style, as vLLM shards): weights,
+    FLOPs and attention split TP ways; KV heads too, at least one per device (vLLM replicates)."""
+    if tp <= 1:
+        return costs
+    k = costs.kv_bytes_per_token
+    if costs.num_kv_heads:
+        k = k / costs.num_kv_heads * max(costs.num_kv_heads // tp, 1)
+    else:
+        k = k / tp
+    total = None if costs.total_weight_bytes is None else costs.total_weight_bytes / tp
+    return costs.model_copy(update={
+        "weight_bytes": costs.weight_bytes / tp, "kv_bytes_per_token": k, "flops_per_token": costs.flops_per_token / tp,
+        "attn_flops_per_ctx_token": costs.attn_flops_per_ctx_token / tp, "moe_expert_bytes": costs.moe_expert_bytes / tp,
+        "total_weight_bytes": total})
+
+
+def tp_comm_s(costs: Costs, tokens, tp: int, busbw: float, alpha_s: float):
+    """Two all-reduces per layer of tokens*hidden*bytes (attention output and MLP output, Megatron)."""
+    if tp <= 1 or not costs.num_layers or not costs.hidden_size:
+        return _out(np.zeros_like(np.asarray(tokens, dtype=float)))
+    m = np.asarray(tokens, dtype=float) * costs.hidden_size * costs.bytes_per_param
+    return _out(2 * costs.num_layers * allreduce_s(m, tp, busbw, alpha_s))
+
+
+def fsdp_comm_s(costs: Costs, n: int, busbw: float, alpha_s: float = 0.0, reduce_bytes_per_param: int = 4,
+                backward: bool = True) -> float:
+    """FSDP's traffic per micro-step and rank: parameters all-gathered in the forward and again in
+    the backward (2*P*bytes*(n-1)/n), gradients reduce-scattered (P*bytes_grad*(n-1)/n, fp32 by
+    default), one collective of each per block and the root; ``backward=False``: one all-gather."""
+    if n <= 1:
+        return 0.0
+    params = all_weight_bytes(costs) / costs.bytes_per_param
+    groups = (costs.num_layers or 0) + 1
+    gather = allgather_s(params * costs.bytes_per_param, n, busbw)
+    if not backward:
+        return float(gather + groups * alpha_s)
+    scatter = reduce_scatter_s(params * reduce_bytes_per_param, n, busbw)
+    return float(2 * gather + scatter + 3 * groups * alpha_s)
+
+
+def exposed_s(compute_s, comm_s, hidden_share: float):
+    """A step whose communication overlaps its compute: compute + the share of comm not hidden."""
+    return _out(compute_s + (1.0 - hidden_share) * np.asarray(comm_s, dtype=float))
+
+
+def measured_memory_per_rank(mem0_measured: float, costs: Costs, n: int) -> float:
+    """A one-device memory line's intercept on one of n FSDP ranks: the training state it holds
+    (16 bytes per parameter) sharded n ways, the rest (buffers, the runtime) as measured."""
+    return max(mem0_measured - training_state_bytes(costs) * (1 - 1 / max(n, 1)), 0.0)
+
+
+def activations_at(mem_per_sample: float, seq_len, measured_seq_len: float, sq_share: float = 0.0):
+    """A measured per-sequence activation slope m at another sequence length: linear in S (the
+    flash-attention activations of Korthikanti et al. 2022), with a share ``sq_share`` of m growing
+    as S^2 (attention scores kept): m(S) = m1*S + m2*S^2 through m at S_ref."""
+    r = np.asarray(seq_len, dtype=float) / measured_seq_len
+    return _out(mem_per_sample * ((1.0 - sq_share) * r + sq_share * r * r))
+
+
+def fsdp_memory_per_rank_bytes(costs: Costs, n: int, b, activation_per_sequence: float):
+    """(parameters + gradients + optimizer states) / N + b sequences of activations."""
+    return _out(training_state_bytes(costs) / max(n, 1) + np.asarray(b, dtype=float) * activation_per_sequence)

@@ -1,0 +1,52 @@
+"""Memory: training's memory line and state, activations per sequence, an engine's KV capacity."""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+
+from throughputlab.models.spec import ModelSpec
+from throughputlab.roofline.core import ADAM_BYTES_PER_PARAM, VLLM_GPU_MEMORY_UTILIZATION, Costs, _out, all_weight_bytes
+
+
+def memory_line(b, mem0: float, mem_per_sample: float):
+    """Peak training memory of a micro-batch of b sequences: M(b) = M0 + b*m."""
+    return _out(mem0 + np.asarray(b, dtype=float) * mem_per_sample)
+
+
+def max_micro_batch(mem0: Optional[float], mem_per_sample: Optional[float], device_bytes: Optional[float],
+                    smallest_oom: Optional[int] = None) -> Optional[int]:
+    """Largest b with M0 + b*m within device memory, capped below the smallest OOM micro-batch;
+    None when the line or the device memory is unknown."""
+    if mem0 is None or not mem_per_sample or mem_per_sample <= 0 or not device_bytes:
+        return None
+    b = max(int(math.floor((device_bytes - mem0) / mem_per_sample)), 0)
+    if smallest_oom is not None and smallest_oom <= b:
+        b = smallest_oom - 1
+    return b
+
+
+def kv_cache_tokens(costs: Costs, device_bytes: float, utilization: float = VLLM_GPU_MEMORY_UTILIZATION) -> int:
+    """KV-cache tokens an engine holds: its share of device memory minus every weight, over k."""
+    free = utilization * device_bytes - all_weight_bytes(costs)
+    return int(free / costs.kv_bytes_per_token) if free > 0 else 0
+
+
+def training_state_bytes(costs: Costs) -> float:
+    """Weights, gradients and Adam states of mixed-precision training, 16 bytes per parameter."""
+    return ADAM_BYTES_PER_PARAM * all_weight_bytes(costs) / costs.bytes_per_param
+
+
+def activation_bytes_per_sequence(spec: ModelSpec, seq_len: int, bytes_per_param: int,
+                                  checkpointing: bool = False) -> float:
+    """Activations kept for backward per sequence: 34*S*h per layer at 16 bits with flash attention
+    (Korthikanti et al. 2022, table 2, without the s^2 term), plus fp32 logits and their gradient.
+    With activation checkpointing per block: each block's input (S*h values) and one block's
+    activations while it is recomputed (Korthikanti et al. 2022, section 4, full recomputation)."""
+    block = seq_len * spec.hidden_size * 34 * bytes_per_param / 2
+    logits = seq_len * spec.vocab_size * 8
+    if checkpointing:
+        return spec.num_layers * seq_len * spec.hidden_size * bytes_per_param + block + logits
+    return spec.num_layers * block + logits
