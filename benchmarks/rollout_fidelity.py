@@ -91,7 +91,8 @@ def build_profile(args, resolved, engine, samples, concs):
     from throughputlab.profile import GenPoint, Profile, SweepSettings
     from throughputlab.machine import environment
 
-    prof = Profile(model=resolved.spec, hardware=probe(args.device, args.dtype, run_microbench=False),
+    # the engine is closed by now; the micro-benchmarks give the fit the KV reads' ceiling, as in a bench profile
+    prof = Profile(model=resolved.spec, hardware=probe(args.device, args.dtype),
                    environment=environment(["benchmarks/rollout_fidelity.py", *sys.argv[1:]]),
                    settings=SweepSettings(dtype=args.dtype, device=args.device, gen_backend="vllm",
                                           prompt_len=args.prompt_len, output_len=args.profile_output_len,
