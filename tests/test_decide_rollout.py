@@ -354,3 +354,16 @@ def test_many_batch_sizes_at_once_equal_one_by_one(kv):
         for key in ("wall_s", "decode_s", "prefill_s", "recompute_s", "mean_concurrency", "below_knee_share"):
             assert a[key] == pytest.approx(b[key], rel=1e-9, abs=1e-12), key
         assert a["timeline_t_s"] == pytest.approx(b["timeline_t_s"], rel=1e-9)
+
+
+@pytest.mark.parametrize("tp,bw_mem", [(1, None), (1, 4e9), (8, None)])
+def test_the_rollouts_knee_is_the_models_knee(tp, bw_mem):
+    """One device of a tensor-parallel engine (qwen2.5-7b: 4 KV heads, replicated at tp 8), and KV
+    reads below the weights' rate: the rollout's knee is the throughput model's, at its mean context."""
+    costs = Costs.from_spec(resolve_model("qwen2.5-7b").spec, 2)
+    m = ThroughputModel(source="analytic", costs=costs, tp=tp,
+                        decode=DecodeParams(t0_s=2e-3, bw_bytes_per_s=3e12, phi_flops_per_s=6e14,
+                                            bw_mem_bytes_per_s=bw_mem))
+    r = simulate_rollout(m, [64] * 8, 512)
+    s = round(512 + 63 / 2 + 0.5)
+    assert r.knee_concurrency == pytest.approx(m.knee(s), rel=1e-6)

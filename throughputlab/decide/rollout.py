@@ -211,7 +211,7 @@ def _knee_key(costs, bw: float, phi: float, s: float, bw_mem: Optional[float]) -
 
 def _knee_cached(model: ThroughputModel, s: float) -> float:
     d = model.require("decode")
-    return _knee_key(model.costs, d.bw_bytes_per_s, d.phi_flops_per_s, s, d.bw_mem_bytes_per_s)
+    return _knee_key(model.device_costs, d.bw_bytes_per_s, d.phi_flops_per_s, s, d.bw_mem_bytes_per_s)
 
 
 class _Priced:
