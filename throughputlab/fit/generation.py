@@ -87,16 +87,16 @@ def ceilings(peaks: Peaks, devices: int = 1) -> tuple[Optional[float], Optional[
     return (bw * devices if bw else None), (phi * devices if phi else None)
 
 
-def kv_ceiling(peaks: Peaks, devices: int = 1) -> Optional[float]:
+def kv_ceiling(peaks: Peaks, devices: int = 1, points: tuple = ()) -> Optional[float]:
     """The KV reads' ceiling (roofline.kv_read_rate): the probe's matrix-vector read bandwidth, else
-    the datasheet's; an engine of ``devices`` devices reads its shards on all of them."""
+    the datasheet's; an engine of ``devices`` devices reads its shards on all of them. None for an
+    HTTP engine's points: the probe measured this machine, not the server's devices."""
     bw = peaks.microbench_gemv_bytes_per_s or peaks.datasheet_bytes_per_s
-    return bw * devices if bw else None
+    return bw * devices if bw and not any(p.backend == "openai" for p in points) else None
 
 
 def _kv_note(dec: Decode) -> str:
-    t0, bw, phi, p, ts, ba, bm = dec
-    fitted = ba or bw
+    bw, ba, bm, fitted = dec[1], dec[5], dec[6], dec[5] or dec[1]
     if not bm or rf.kv_read_rate(bw, ba, bm) >= fitted:
         return ""
     return (f"; the KV reads at the memory's measured read bandwidth, {bm / 1e9:.3g} GB/s, not the fitted "
@@ -333,7 +333,7 @@ def fit_generation(points: list[GenPoint], costs: Costs, peaks: Peaks, warnings:
             lo, hi = np.append(lo3, math.log(1.0)), np.append(hi3, math.log(64.0))
         elif form == "split":  # the attention's bandwidth: the same search range as BW
             lo, hi = np.append(lo3, lo3[1]), np.append(hi3, hi3[1])
-        spec = _GenSpec(costs, form, target, lo, hi, probe_costs, kv_ceiling(peaks, engine_devices))
+        spec = _GenSpec(costs, form, target, lo, hi, probe_costs, kv_ceiling(peaks, engine_devices, points))
         full = _gen_fit_all(spec, obs, phi_hi)
         step_errs: list[float] = []
         loo = _gen_loo(spec, obs, phi_hi, full.sol.x, step_errs if target == "decode_step_s" else None)
