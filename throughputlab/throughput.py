@@ -152,8 +152,8 @@ class ThroughputModel(BaseModel):
         """The memory and compute times of a decode step, before they are combined."""
         d = self.require("decode")
         k = self.device_costs
-        rate = rf.kv_read_rate(d.bw_bytes_per_s, None, d.bw_mem_bytes_per_s)
-        return rf.decode_mem_s(k, c, s, d.bw_bytes_per_s, rate), rf.decode_flops(k, c, s) / d.phi_flops_per_s
+        return (rf.decode_mem_s(k, c, s, d.bw_bytes_per_s, d.bw_mem_bytes_per_s),
+                rf.decode_flops(k, c, s) / d.phi_flops_per_s)
 
     def decode_ceiling_tokens_per_s(self, s):
         d = self.require("decode")

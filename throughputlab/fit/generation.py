@@ -360,8 +360,7 @@ def fit_generation(points: list[GenPoint], costs: Costs, peaks: Peaks, warnings:
     t0, bw, phi, p, ts, ba, bm = g.dec
     if chosen == "smooth" and p is not None and p < 1.0 + 1e-3:
         notes["smooth_p"] = "at 1: memory and compute time add up (no overlap)"
-    kv_rate = rf.kv_read_rate(bw, None, bm)
-    mem_bound = [rf.decode_mem_s(costs, o.c, o.s, bw, kv_rate) >= rf.decode_flops(costs, o.c, o.s) / phi for o in obs]
+    mem_bound = [rf.decode_mem_s(costs, o.c, o.s, bw, bm) >= rf.decode_flops(costs, o.c, o.s) / phi for o in obs]
     if all(mem_bound) and target == "decode_step_s":  # end to end, PHI is also seen through the prefill
         notes["phi_flops_per_s"] = "every point is memory-bound: PHI is only bounded from below"
     if not any(mem_bound):

@@ -140,11 +140,10 @@ def decode_step_s(c, s, costs: Costs, t0: float, bw: float, phi: float, p: Optio
     BW_kv: :func:`kv_read_rate`, BW unless ``bw_mem`` is lower).
     ``bw_attn`` (per-kernel form): GEMMs and attention on their own rooflines, in sequence:
     t0 + c*t_seq + max(W(c)/BW, c*F/PHI) + attention_s(c*s)."""
-    rate = kv_read_rate(bw, bw_attn, bw_mem)
     if bw_attn is None:
-        return _out(t0 + c * t_seq + combine(decode_mem_s(costs, c, s, bw, rate), decode_flops(costs, c, s) / phi, p))
+        return _out(t0 + c * t_seq + combine(decode_mem_s(costs, c, s, bw, bw_mem), decode_flops(costs, c, s) / phi, p))
     gemm = combine(weight_bytes(costs, c) / bw, c * costs.flops_per_token / phi, p)
-    return _out(t0 + c * t_seq + gemm + attention_s(costs, c * s, rate, phi))
+    return _out(t0 + c * t_seq + gemm + attention_s(costs, c * s, kv_read_rate(bw, bw_attn, bw_mem), phi))
 
 
 def attention_s(costs: Costs, ctx, bw_attn: float, phi: float):
@@ -163,9 +162,10 @@ def kv_read_rate(bw: float, bw_attn: Optional[float] = None, bw_mem: Optional[fl
     return min(rate, bw_mem) if bw_mem else rate
 
 
-def decode_mem_s(costs: Costs, c, s, bw: float, kv_rate: Optional[float] = None):
-    """The memory time of a decode step: W(c)/BW + c*s*k/BW_kv (BW_kv = BW: decode_bytes/BW)."""
-    return _out(weight_bytes(costs, c) / bw + c * s * costs.kv_bytes_per_token / (kv_rate or bw))
+def decode_mem_s(costs: Costs, c, s, bw: float, bw_mem: Optional[float] = None):
+    """The memory time of a decode step: W(c)/BW + c*s*k/BW_kv, BW_kv = :func:`kv_read_rate` (without
+    ``bw_mem``: decode_bytes/BW)."""
+    return _out(weight_bytes(costs, c) / bw + c * s * costs.kv_bytes_per_token / kv_read_rate(bw, None, bw_mem))
 
 
 def kv_at_bw(costs: Costs, bw: float, bw_mem: Optional[float]) -> Costs:
