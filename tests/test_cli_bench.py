@@ -191,15 +191,31 @@ def test_cpu_bench_runs_under_a_caching_allocator_unless_told_not_to(tmp_path):
     if lib is None or allocator.preloaded():
         pytest.skip("no tcmalloc/jemalloc here, or one is preloaded already")
     out = tmp_path / "a.json"
-    r = run_cli("bench", *FAST, "--only", "train", "-b", "1", "-o", str(out))
+    r = run_cli("bench", *FAST, "--only", "train", "-b", "1", "--rounds", "2", "-o", str(out))
     assert r.returncode == 0, r.stderr
-    env = Profile.load(out).environment
+    prof = Profile.load(out)
+    env = prof.environment
     assert env.env_vars["LD_PRELOAD"] == lib  # recorded by the process that measured
     assert env.command_line[:2] == ["throughputlab", "bench"] and "--allocator" not in env.command_line
+    # the caching allocator keeps its blocks: the second visit needs no warm-up step of its own
+    assert [(p.rounds, p.warmup_runs) for p in prof.training] == [(2, 1)]
 
-    r = run_cli("bench", *FAST, "--only", "train", "-b", "1", "--allocator", "system", "-o", str(out), "--force")
+    r = run_cli("bench", *FAST, "--only", "train", "-b", "1", "--rounds", "2", "--allocator", "system",
+                "-o", str(out), "--force")
     assert r.returncode == 0, r.stderr
-    assert "LD_PRELOAD" not in Profile.load(out).environment.env_vars
+    prof = Profile.load(out)
+    assert "LD_PRELOAD" not in prof.environment.env_vars
+    assert [(p.rounds, p.warmup_runs) for p in prof.training] == [(2, 2)]  # glibc: every visit warms up
+
+
+def test_only_an_allocator_that_returns_memory_needs_a_warm_up_at_every_visit(monkeypatch):
+    from throughputlab.commands import allocator
+
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    assert allocator.returns_memory("cpu")
+    assert not allocator.returns_memory("cuda") and not allocator.returns_memory("cuda:1")
+    monkeypatch.setenv("LD_PRELOAD", "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4")
+    assert not allocator.returns_memory("cpu")
 
 
 def test_allocator_reexec_only_for_the_cli_on_cpu_in_process_runs(monkeypatch):

@@ -342,3 +342,12 @@ def test_training_rounds_warm_up_each_visit_and_keep_the_first_visits_peak(tmp_p
         [(1, 3, 3, 3), (2, 3, 3, 3), (4, 3, 3, 3)]
     # later visits would read the larger points' memory; the peaks stay the first round's
     assert [p.peak_mem_bytes for p in prof.training] == [1000, 2000, 4000]
+
+
+def test_training_visits_after_the_first_skip_the_warm_up_under_a_caching_allocator(tmp_path):
+    backend = GrowingPeakTrain(lambda b: 100.0)
+    prof = new_profile()
+    run_training(prof, tmp_path / "p.json", backend, [1, 2, 4], seq_len=10, hygiene=R3, warm_each_visit=False)
+    assert backend.calls == [1, 1, 2, 2, 4, 4] + [1, 2, 4] * 2  # the first visit's warm-up only
+    assert [(p.micro_batch, len(p.samples), p.warmup_runs, p.rounds) for p in prof.training] == \
+        [(1, 3, 1, 3), (2, 3, 1, 3), (4, 3, 1, 3)]

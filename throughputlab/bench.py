@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from throughputlab.commands.allocator import returns_memory
 from throughputlab.errors import UserError
 from throughputlab.machine import environment
 from throughputlab.models import ResolvedModel, resolve_model
@@ -234,7 +235,8 @@ def run_bench(spec: BenchSpec, run: RunOptions, hooks: Hooks = Hooks()) -> Profi
                 backend.start()
                 for seq in seq_lens:
                     run_training(profile, run.output, backend, _values(train.micro_batches), seq_len=seq,
-                                 hygiene=m, hooks=hooks, extras=extras, layout=ParallelLayout.training())
+                                 hygiene=m, hooks=hooks, extras=extras, layout=ParallelLayout.training(),
+                                 warm_each_visit=returns_memory(device))
             finally:
                 backend.close()
             micro = _values(train.micro_batches) or []

@@ -244,8 +244,10 @@ def run_generation(profile: Profile, path: Path, backend, values: Optional[list[
 
 def run_training(profile: Profile, path: Path, backend, values: Optional[list[int]], *, seq_len: int,
                  hygiene: Measurement, hooks: Hooks = Hooks(), extras: Optional[Extras] = None,
-                 layout: Optional[ParallelLayout] = None) -> None:
-    """The training sweep; every point it measures records ``layout`` (ranks, FSDP, checkpointing)."""
+                 layout: Optional[ParallelLayout] = None, warm_each_visit: bool = True) -> None:
+    """The training sweep; every point it measures records ``layout`` (ranks, FSDP, checkpointing).
+    ``warm_each_visit``: later visits also start with ``hygiene.warmup`` untimed steps (an
+    allocator that returns memory: :func:`~throughputlab.commands.allocator.returns_memory`)."""
     name = backend.name
 
     def measure(b: int) -> TrainPoint:
@@ -261,7 +263,7 @@ def run_training(profile: Profile, path: Path, backend, values: Optional[list[in
            # a trainer repeats one micro-batch size: each visit first brings the allocator to this size
            revisit=lambda p, again: revisit_point(p, lambda: backend.run(p.micro_batch, seq_len), backend, hygiene,
                                                   p.micro_batch, "training", extras, remeasure=again,
-                                                  warmup=hygiene.warmup))
+                                                  warmup=hygiene.warmup if warm_each_visit else 0))
 
 
 def _sweep(profile: Profile, path: Path, kind: str, values: Optional[list[int]], hooks: Hooks,

@@ -38,6 +38,14 @@ def preloaded() -> Optional[str]:
     return None
 
 
+def returns_memory(device: str) -> bool:
+    """Whether this process's allocator hands freed blocks back and faults them in again (glibc on
+    the CPU). Then a step's time depends on which sizes ran before it, and a training sweep's later
+    visits each warm up at their own size first; a caching allocator (tcmalloc, jemalloc, the CUDA
+    one) keeps the blocks, and a step after another size measured the same as after its own."""
+    return cpu_run(device) and preloaded() is None
+
+
 def cpu_run(device: str) -> bool:
     """Whether the run will be on the CPU, without importing torch (the re-exec comes first)."""
     if device == "cpu":

@@ -28,6 +28,7 @@ import torch
 from pydantic import PrivateAttr
 
 from throughputlab.backends.torch_common import PeakMemory, release
+from throughputlab.commands.allocator import returns_memory
 from throughputlab.distributed import comm, fsdp
 from throughputlab.distributed.ranks import (  # noqa: F401  (AgreedUserError: raised here, imported from here)
     AgreedUserError, RankContext, broadcast_object, gather_floats, init_ranks, rank_main,
@@ -299,7 +300,8 @@ def run_job(ctx: RankContext, job: RankJob, dtype: str) -> None:
             if limit and seq_len > limit:
                 continue
             run_training(profile, path, backend, values, seq_len=seq_len, hygiene=spec.measurement,
-                         hooks=RankHooks(ctx, profile, path, seq_len, backend, records), layout=point_layout)
+                         hooks=RankHooks(ctx, profile, path, seq_len, backend, records), layout=point_layout,
+                         warm_each_visit=returns_memory(ctx.device))
         side.state, side.in_flight = "finished", None
     except BaseException as e:
         # on the way out: the launcher's SIGTERM (a peer died) must not cut the last save short
