@@ -17,12 +17,12 @@ import re
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Optional
 
+from throughputlab import scratch
 from throughputlab.errors import EngineMissing, UserError
 from throughputlab.profile import HostProfile
 
@@ -202,7 +202,7 @@ class PySpyRecorder:
             raise UserError(f"cannot create the py-spy folder {self.out_dir}: {e.strerror or e}") from None
         self._label = re.sub(r"[^A-Za-z0-9_.-]+", "_", point_label) or "point"
         self._pids = list(dict.fromkeys(pids))
-        self._tmp = tempfile.mkdtemp(prefix="throughputlab-pyspy-")
+        self._tmp = scratch.make("throughputlab-pyspy-")
         for pid in _roots(self._pids):
             out = Path(self._tmp) / f"{pid}.speedscope.json"
             err = open(Path(self._tmp) / f"{pid}.log", "w")

@@ -19,12 +19,12 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Optional
 
+from throughputlab import scratch
 from throughputlab.distributed.records import (
     BACKEND_NAME, IN_FLIGHT, DistributedSpec, RankJob, RanksFile, ranks_path,
 )
@@ -131,7 +131,7 @@ def run_training_ranks(spec: BenchSpec, layout: DistributedSpec, output: Path, *
     log_path = Path(log_path) if log_path is not None else output.with_name(output.stem + ".ranks.log")
     log_path.parent.mkdir(parents=True, exist_ok=True)
     collectives = measure_rank_collectives(spec, layout) if not resume else None
-    with tempfile.TemporaryDirectory(prefix="throughputlab-ranks-") as tmp:
+    with scratch.folder("throughputlab-ranks-") as tmp:
         job_path = Path(tmp) / "job.json"
         cmd = torchrun_command(job_path, layout, python)
         job = RankJob(spec=spec, layout=layout, output=str(output.resolve()), resume=resume,

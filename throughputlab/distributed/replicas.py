@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Optional
 
+from throughputlab import scratch
 from throughputlab.distributed.launch import RanksResult, _log_reason, _signature, launch_and_watch, torchrun_command
 from throughputlab.distributed.records import IN_FLIGHT, DistributedSpec, RankJob
 from throughputlab.errors import UserError
@@ -84,7 +84,7 @@ def run_generation_replicas(spec: BenchSpec, output: Path, *, resume: bool = Fal
     layout = DistributedSpec(nproc_per_node=gen.data_parallel)
     log_path = Path(log_path) if log_path is not None else output.with_name(output.stem + ".ranks.log")
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="throughputlab-replicas-") as tmp:
+    with scratch.folder("throughputlab-replicas-") as tmp:
         job_path = Path(tmp) / "job.json"
         cmd = torchrun_command(job_path, layout, python, worker=WORKER)
         job = RankJob(spec=spec, layout=layout, output=str(output.resolve()), resume=resume,

@@ -51,7 +51,6 @@ import math
 import os
 import statistics
 import sys
-import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -59,6 +58,7 @@ from typing import TYPE_CHECKING, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict
 
+from throughputlab import scratch
 from throughputlab.errors import UserError
 from throughputlab.roofline import bus_factor
 from throughputlab.hardware.topology import Topology
@@ -261,7 +261,7 @@ def measure_collectives(nproc: int = 2, device: str = "cpu", sizes: Optional[lis
     sizes = [_round_size(s, nproc) for s in (sizes or default_sizes(device))]
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     t0 = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="throughputlab-collectives-") as tmp:
+    with scratch.folder("throughputlab-collectives-") as tmp:
         out, log_path = Path(tmp) / "result.json", Path(tmp) / "launcher.log"
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
                "--max-restarts", "0", "--monitor-interval", "0.1", "-m", "throughputlab.hardware.collectives",
