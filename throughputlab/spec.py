@@ -116,7 +116,7 @@ class TrainingSpec(_Section):
 class Measurement(_Section):
     """The sweep runner's hygiene: how each point is measured."""
 
-    warmup: Annotated[int, Field(ge=0)] = 1  # untimed runs (generation: first visit; training: every visit)
+    warmup: Annotated[int, Field(ge=0)] = 1  # untimed runs: first visit (training under glibc on the CPU: every visit)
     repeats: PositiveInt = 1  # timed runs per point and round
     rounds: PositiveInt = 3  # passes over the sweep, each adding `repeats` samples to every point
     max_cv: Annotated[float, Field(gt=0)] = 0.10  # tokens/s spread above which a point is measured again
