@@ -218,6 +218,21 @@ def test_only_an_allocator_that_returns_memory_needs_a_warm_up_at_every_visit(mo
     assert not allocator.returns_memory("cpu")
 
 
+def test_a_cpu_run_without_a_caching_allocator_says_so_once(monkeypatch, caplog):
+    from throughputlab.commands import allocator
+
+    monkeypatch.setattr(allocator, "launched_as_cli", lambda: True)
+    monkeypatch.setattr(allocator, "find_library", lambda: None)
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    monkeypatch.delenv(allocator.MARK, raising=False)
+    with caplog.at_level("WARNING", logger=allocator.__name__):
+        allocator.maybe_reexec("system", "cpu", in_process_only=True)  # the user chose glibc
+        allocator.maybe_reexec("auto", "cuda", in_process_only=True)
+        assert caplog.records == []
+        allocator.maybe_reexec("auto", "cpu", in_process_only=True)
+    assert len(caplog.records) == 1 and "apt install libtcmalloc-minimal4" in caplog.records[0].getMessage()
+
+
 def test_allocator_reexec_only_for_the_cli_on_cpu_in_process_runs(monkeypatch):
     from throughputlab.commands import allocator
 

@@ -12,6 +12,7 @@ the process starts (``LD_PRELOAD``), so ``bench`` re-executes itself once, befor
 from __future__ import annotations
 
 import ctypes.util
+import logging
 import os
 import sys
 from pathlib import Path
@@ -79,4 +80,8 @@ def maybe_reexec(choice: str, device: str, in_process_only: bool) -> None:
     lib = find_library()
     if lib:
         reexec_with(lib)
+    logging.getLogger(__name__).warning(
+        "no tcmalloc or jemalloc on this machine: the CPU run stays under glibc's allocator, which faults "
+        "large blocks in again at every step (the demo's default run took 1.6x as long); install one "
+        "(Debian: apt install libtcmalloc-minimal4) or pass --allocator system to keep glibc without this note")
 
