@@ -10,7 +10,7 @@ held-out error of the forward + backward time for three forms, each refitted wit
 - ``t0 + c*N + g*A``: the measured attention time ``A``, scaled by a fitted ``g``;
 - ``t0 + c*N + A``: the measured attention time as it is.
 
-``N = b*S`` tokens. This is an experiment, not the fit: on a CPU the attention kernel's FLOP rate
+``N = b*S`` tokens; the columns are the roofline's FLOPs (``train_step_s`` at unit rates). This is an experiment, not the fit: on a CPU the attention kernel's FLOP rate
 changes with the length (its blocking), which no constant rate follows.
 
     python benchmarks/attention_kernel_fit.py --profile reports/.../seqlen_holdout.json
@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from scipy.optimize import nnls
 
+from throughputlab import roofline as rf
 from throughputlab.models import resolve_model
 from throughputlab.profile import Profile
 
@@ -72,10 +73,13 @@ def main() -> None:
     # transformers repeats the KV heads to the query heads before SDPA
     attn = np.array([spec.num_layers * attention_s(p.micro_batch, p.seq_len, spec.num_heads, spec.head_dim)
                      for p in pts])
-    n, one, zero = b * s, np.ones_like(y), np.zeros_like(y)
-    forms = {"t0 + c*N + a*N*S": held_out([one, n, n * s], y, zero),
-             "t0 + c*N + g*A": held_out([one, n, attn], y, zero),
-             "t0 + c*N + A": held_out([one, n], y, attn)}
+    costs = rf.Costs.from_spec(spec, 4)
+    gemm_flops = rf.train_step_s(b, s, costs, 0.0, 1.0, phi_attn=np.inf)  # 3*b*S*F
+    attn_flops = rf.train_step_s(b, s, costs, 0.0, np.inf, phi_attn=1.0)  # 3*b*S*S*a/2
+    one, zero = np.ones_like(y), np.zeros_like(y)
+    forms = {"t0 + c*N + a*N*S": held_out([one, gemm_flops, attn_flops], y, zero),
+             "t0 + c*N + g*A": held_out([one, gemm_flops, attn], y, zero),
+             "t0 + c*N + A": held_out([one, gemm_flops], y, attn)}
     print(f"{prof.model.name} ({spec.num_layers} layers, {spec.num_heads} heads of {spec.head_dim}), "
           f"{args.profile}: forward + backward medians; A = layers x SDPA forward + backward, timed now")
     print("  seq len  micro-batch  f+b ms    A ms  A share  " + "  ".join(f"{k:>18}" for k in forms))
@@ -86,9 +90,8 @@ def main() -> None:
     for k, e in forms.items():
         print(f"{k:>18}: held-out max {100 * np.max(np.abs(e)):.1f}%, mean {100 * np.mean(np.abs(e)):.1f}%")
     rates = {int(p.seq_len): [] for p in pts}
-    for i, p in enumerate(pts):  # causal attention FLOPs: fwd 2*2*S*S*d/2 per head and layer, bwd twice that
-        rates[int(p.seq_len)].append(3 * 2 * b[i] * spec.num_heads * s[i] ** 2 * spec.head_dim * spec.num_layers
-                                     / attn[i])
+    for i, p in enumerate(pts):
+        rates[int(p.seq_len)].append(attn_flops[i] / attn[i])
     print("SDPA's FLOP rate by length: " + ", ".join(f"{k}: {statistics.median(v) / 1e9:.1f} GFLOP/s"
                                                      for k, v in rates.items()))
 
