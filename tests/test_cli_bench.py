@@ -329,6 +329,33 @@ def test_resume_refuses_a_changed_prompt_length(tmp_path):
     assert out.read_text() == before  # nothing added at another length
 
 
+def test_resume_extends_the_measured_axes_without_measuring_again(tmp_path):
+    """A -c, --contexts or -b list that keeps every stored value adds the others: the new points are
+    measured, the stored ones keep their samples, and the spec lists the grown axes."""
+    out = tmp_path / "p.json"
+    assert run_cli("bench", *FAST, "-c", "1", "-b", "1", "-o", str(out)).returncode == 0
+    first = Profile.load(out)
+    kept = {("gen", p.concurrency, p.prompt_len): p.samples for p in first.generation}
+    kept |= {("train", p.micro_batch, p.seq_len): p.samples for p in first.training}
+
+    r = run_cli("bench", *FAST, "-c", "1,2", "--contexts", "8,12", "-b", "1,2", "-o", str(out), "--resume")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    prof = Profile.load(out)
+    assert {(p.prompt_len, p.concurrency): p.status for p in prof.generation} == \
+        {(8, 1): "ok", (8, 2): "ok", (12, 1): "ok", (12, 2): "ok"}
+    assert {p.micro_batch: p.status for p in prof.training} == {1: "ok", 2: "ok"}
+    now = {("gen", p.concurrency, p.prompt_len): p.samples for p in prof.generation}
+    now |= {("train", p.micro_batch, p.seq_len): p.samples for p in prof.training}
+    assert all(now[k] == v for k, v in kept.items())  # measured once, not again
+    assert prof.spec.generation.concurrency == [1, 2] and prof.spec.generation.contexts == [8, 12]
+    assert prof.spec.training.micro_batches == [1, 2]
+
+    # the grown spec is the one stored: a bare --resume continues it; dropping a value is refused
+    assert run_cli("bench", "--resume", "-o", str(out)).returncode == 0
+    assert_user_error(run_cli("bench", "--resume", "-c", "2", "-o", str(out)), "generation.concurrency")
+    assert Profile.load(out).generation == prof.generation
+
+
 def test_resume_of_an_old_profile_checks_its_settings(tmp_path):
     """Profiles written before the spec existed are checked on what their settings recorded."""
     old = tmp_path / "old.json"

@@ -10,6 +10,7 @@ from throughputlab.errors import UserError
 from throughputlab.profile import Profile
 from throughputlab.spec import (
     DEFAULTS, BenchSpec, Layer, Measurement, SweepSettings, as_layer, differences, parse_set, read_spec_file, resolve,
+    resume_differences,
 )
 
 REPORTS = Path(__file__).resolve().parent.parent / "reports"
@@ -79,6 +80,29 @@ def test_differences_skip_the_instruments():
     a = resolve([parse_set("py_spy.enabled=true")])
     b = resolve([parse_set("generation.prompt_len=8"), parse_set("py_spy.points=[4]")])
     assert differences(a, b) == {"generation.prompt_len": (64, 8)}
+
+
+def test_resume_may_grow_the_measured_axes_only():
+    base = resolve([parse_set("generation.concurrency=[1,4]"), parse_set("training.micro_batches=[1,2]")])
+
+    def grown(*items):
+        return resume_differences(base, resolve([parse_set(i) for i in items]))
+
+    # more values on each axis: allowed, with what is added; the default prompt counts as measured
+    assert grown("generation.concurrency=[1,4,16]", "generation.contexts=[64,2048]",
+                 "training.micro_batches=[1,2,8]", "training.seq_lens=[128,1024]") == (
+        {}, {"generation.concurrency": [16], "generation.contexts": [2048], "training.micro_batches": [8],
+             "training.seq_lens": [1024]})
+    assert grown("generation.concurrency=[4,1]", "training.micro_batches=[1,2]") == ({}, {})  # the same sweep
+    # a dropped value, a grid without the stored prompt, an auto sweep or another length: refused
+    for items, key in ((["generation.concurrency=[4,16]", "training.micro_batches=[1,2]"], "generation.concurrency"),
+                       (["generation.concurrency=[1,4]", "training.micro_batches=[1,2]",
+                         "generation.contexts=[128,2048]"], "generation.contexts"),
+                       (["generation.concurrency=auto", "training.micro_batches=[1,2]"], "generation.concurrency"),
+                       (["generation.concurrency=[1,4]", "training.micro_batches=[1,2]",
+                         "generation.prompt_len=128"], "generation.prompt_len")):
+        refused, extended = grown(*items)
+        assert key in refused and key not in extended
 
 
 def test_every_profile_under_reports_still_loads():

@@ -22,7 +22,7 @@ from throughputlab.machine import environment
 from throughputlab.models import ResolvedModel, resolve_model
 from throughputlab.parallel import ParallelLayout
 from throughputlab.profile import GenPoint, Profile, TrainPoint
-from throughputlab.spec import BenchSpec, SweepSettings, differences
+from throughputlab.spec import BenchSpec, SweepSettings, resume_differences
 from throughputlab.sweep import Extras, Hooks, run_generation, run_training
 
 log = logging.getLogger(__name__)
@@ -128,7 +128,9 @@ def resume_base(path: Path) -> dict[str, Any]:
 
 def check_resumable(existing: Profile, spec: BenchSpec, model_name: str, dtype: str, device: str) -> None:
     """--resume only continues a profile measured with the same settings; instruments (py-spy)
-    may change. Profiles without a stored spec are checked on what their SweepSettings hold."""
+    may change, and the measured axes may grow (every value measured kept, more added: the new
+    points get every round, the old ones only what they lack). Profiles without a stored spec are
+    checked on what their SweepSettings hold."""
     if existing.kind != "measured":
         raise _predicted()
     if existing.model.name != model_name:
@@ -137,7 +139,10 @@ def check_resumable(existing: Profile, spec: BenchSpec, model_name: str, dtype: 
     old = existing.settings
     diffs: dict[str, tuple] = {}
     if existing.spec is not None:
-        diffs = differences(existing.spec, spec)
+        diffs, extended = resume_differences(existing.spec, spec)
+        for key, added in extended.items():
+            if added:
+                log.info("--resume extends %s by %s", key, ", ".join(map(str, added)))
     else:
         new = SweepSettings.from_spec(spec, dtype, device)
         for key in ("gen_backend", "train_backend", "prompt_len", "output_len", "seq_len"):

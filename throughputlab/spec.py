@@ -331,6 +331,32 @@ def differences(old: BenchSpec, new: BenchSpec, ignore: tuple[str, ...] = INSTRU
             if a.get(k) != b.get(k) and k.split(".")[0] not in ignore}
 
 
+# The measured axes a resumed run may extend: dotted key -> the values the spec measures on it.
+# The lengths count the single prompt or sequence length when no axis is given, so a profile of the
+# default prompt extends to a context grid that keeps that prompt.
+GRID_AXES = {
+    "generation.concurrency": lambda s: s.generation.concurrency,
+    "generation.contexts": lambda s: s.generation.prompt_lens,
+    "training.micro_batches": lambda s: s.training.micro_batches,
+    "training.seq_lens": lambda s: s.training.all_seq_lens,
+}
+
+
+def resume_differences(old: BenchSpec, new: BenchSpec) -> tuple[dict[str, tuple], dict[str, list[int]]]:
+    """(what a resumed run may not change, the axes it extends). An axis is extended when the new
+    list keeps every value the old one measured (``auto`` sweeps are not lists and never extend);
+    the second dict maps its key to the added values, possibly none (a reordered list)."""
+    diffs = differences(old, new)
+    extended: dict[str, list[int]] = {}
+    for key, values in GRID_AXES.items():
+        if key not in diffs:
+            continue
+        a, b = values(old), values(new)
+        if isinstance(a, list) and isinstance(b, list) and set(a) <= set(b):
+            extended[key] = sorted(set(b) - set(a))
+    return {k: v for k, v in diffs.items() if k not in extended}, extended
+
+
 def keys() -> list[str]:
     """Every dotted key of the tree (engine_args as one key: it takes any names)."""
     return list(_leaf_keys(BenchSpec))

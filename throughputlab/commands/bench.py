@@ -169,7 +169,9 @@ def bench(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, .
     the spec's defaults < --spec FILE < the flags below < --set KEY=VALUE. The profile stores
     the resolved spec. With --resume the stored spec replaces the defaults, so `--resume -o
     PROFILE` alone continues exactly; a setting given that differs from the stored one is
-    refused (the py-spy options may change).
+    refused (the py-spy options may change), except that the measured axes may grow: a -c,
+    --contexts, -b or --seq-lens list that keeps every stored value adds the new ones
+    (`--resume --contexts 64,512,2048 -o PROFILE` adds 2048 to a profile of 64 and 512).
 
     \b
     Examples:

@@ -182,6 +182,8 @@ def _prepare(job: RankJob, resolved, dtype: str, device: str) -> str:
     if job.resume:
         profile = Profile.load(job.output)
         profile.environment.command_line = job.command_line or profile.environment.command_line
+        if profile.spec is not None:
+            profile.spec = spec  # the same, apart from the instruments and any axis this run extends
         return profile.model_dump_json()
     gen = spec.generation
     hardware = probe(device, dtype, run_microbench=job.probe_microbench)

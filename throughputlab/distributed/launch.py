@@ -30,7 +30,7 @@ from throughputlab.distributed.records import (
 )
 from throughputlab.errors import UserError
 from throughputlab.profile import Profile, TrainPoint
-from throughputlab.spec import BenchSpec, differences
+from throughputlab.spec import BenchSpec, resume_differences
 from throughputlab.sweep import Hooks
 
 log = logging.getLogger(__name__)
@@ -93,10 +93,10 @@ def check_run(spec: BenchSpec, layout: DistributedSpec, output: Path, *, resume:
 
 
 def check_resumable(profile: Profile, side_path: Path, spec: BenchSpec, layout: DistributedSpec) -> Optional[RanksFile]:
-    """A resumed run continues a profile only with the same spec and layout (the node's own
-    rank and the endpoint may change); returns the side file, if there is one."""
+    """A resumed run continues a profile only with the same spec (its measured axes may grow) and
+    layout (the node's own rank and the endpoint may change); returns the side file, if there is one."""
     if profile.spec is not None:
-        diffs = differences(profile.spec, spec)
+        diffs, _ = resume_differences(profile.spec, spec)  # the measured axes may grow
         if diffs:
             raise UserError("--resume: the profile was measured with other settings: "
                             + ", ".join(f"{k}={a!r} (now {b!r})" for k, (a, b) in diffs.items()))

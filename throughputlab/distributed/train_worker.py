@@ -251,6 +251,8 @@ def _prepare(job: RankJob, resolved, dtype: str, device: str) -> tuple[str, str]
             layout=layout, world_size=layout.world_size, nodes=layout.nnodes)
         side.state, side.error, side.in_flight = "running", None, None
         profile.environment.command_line = job.command_line or profile.environment.command_line
+        if profile.spec is not None:
+            profile.spec = spec  # the same, apart from the instruments and any axis this run extends
     else:
         hardware = probe(device, dtype, run_microbench=job.probe_microbench)
         if job.collectives is not None:  # timed by the launcher on these ranks' devices
