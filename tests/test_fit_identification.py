@@ -13,6 +13,7 @@ from throughputlab.fit import FitResult, fit_profile, summary_lines
 from throughputlab.fit.identify import CONSTANT_STEP
 from throughputlab.fit.solver import jacobian_ci, log_combination_half_width, solve
 from throughputlab.report.tables import fit_tables
+from throughputlab import roofline as rf
 from throughputlab.roofline import Costs
 
 CS = (1, 2, 4, 8, 16, 32, 64)
@@ -64,6 +65,29 @@ def test_kv_reads_at_long_contexts_separate_t0_from_bw_without_the_probe():
     assert g.combinations == []
 
 
+def test_where_bw_is_not_identified_the_knee_is_a_range(bare):
+    """The knee moves with BW: without the probe it is stated as the range BW's bounds give, from
+    W over the whole t0 + W/BW (t0 = 0) to the memory's measured bandwidth, and the true knee lies in it."""
+    prof, r = bare
+    g, d = r.generation, r.model.decode
+    costs = Costs.from_spec(prof.model, 4)
+    (comb,) = g.combinations
+    lo, hi = g.knee_range
+    assert lo == pytest.approx(rf.knee(costs, g.context_len, 14e9, d.phi_flops_per_s), rel=1e-6)  # copy benchmark
+    assert hi == pytest.approx(rf.knee(costs, g.context_len, costs.weight_bytes / comb.value, d.phi_flops_per_s),
+                               rel=1e-6)
+    assert lo < rf.knee(costs, g.context_len, TRUE["bw"], d.phi_flops_per_s) < hi
+    assert g.knee_note.startswith("knee not identified, as BW is not: between concurrency "
+                                  f"{lo:.3g} and {hi:.3g}")
+    assert "not identified either" in g.generation_knee_note
+    assert FitResult.model_validate(r.model_dump(mode="json")).generation.knee_range == (lo, hi)
+    # without a micro-benchmark only the upper end is known
+    bare_hw = prof.model_copy(deep=True)
+    bare_hw.hardware.microbench = None
+    g2 = fit_profile(bare_hw).generation
+    assert g2.knee_range[0] is None and "or below" in g2.knee_note
+
+
 def test_with_the_probe_t0_and_bw_stay_identified():
     true = {**TRUE, "t0": 10e-3, "t_seq": 1e-3}
     r = fit_profile(make_profile(concurrencies=CS, true=true, noise=0.005, seed=5, micro_batches=(), probe=PROBE))
@@ -72,6 +96,7 @@ def test_with_the_probe_t0_and_bw_stay_identified():
         e = _param(g.params, name)
         assert e.identified and e.lo is not None and e.note is None, name
     assert g.combinations == []
+    assert g.knee_range is None and g.knee_note.startswith("knee at concurrency")
 
 
 def test_bandwidth_above_the_microbenchmarks_is_not_identified():

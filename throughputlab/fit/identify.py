@@ -133,3 +133,15 @@ def flops_note(params: list[ParamEstimate], name: str, peaks: Peaks, devices: in
     """``params`` with ``name`` noted when it lands above the probe's matmul rate."""
     fl, text = measured_flops(peaks, devices)
     return [_with_note(e, [text], e.identified) if fl and e.name == name and e.value > fl else e for e in params]
+
+
+def bw_range(params: list[ParamEstimate], combos: list[ParamEstimate], weight_bytes: float, peaks: Peaks,
+             devices: int) -> Optional[tuple[float, Optional[float]]]:
+    """Where BW is not identified but t0 + W/BW is: the BWs the data allow, from W over the whole
+    constant step (t0 = 0) up to the memory's measured bandwidth (None without a micro-benchmark);
+    None where BW is identified."""
+    bw = next(e for e in params if e.name == "bw_bytes_per_s")
+    const = next((e for e in combos if e.name == CONSTANT_STEP), None)
+    if bw.identified or const is None or const.value <= 0:
+        return None
+    return weight_bytes / const.value, measured_memory(peaks, devices)[0]

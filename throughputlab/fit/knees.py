@@ -1,5 +1,6 @@
 """The knees as sentences: where decode (and whole requests) turn compute-bound, and what that
-means for the measured range. The numbers come from the roofline module. No scipy."""
+means for the measured range; where the decode bandwidth is not identified, the range the knee
+lies in instead of one number. The numbers come from the roofline module. No scipy."""
 
 from __future__ import annotations
 
@@ -30,3 +31,44 @@ def generation_knee_statement(model: ThroughputModel, prompt_len: float, output_
     if c_measured_max is not None and c > c_measured_max:
         note += "; beyond the measured range"
     return c, note
+
+
+def _at_bw(model: ThroughputModel, bw: float) -> ThroughputModel:
+    return model.model_copy(update={"decode": model.require("decode").model_copy(update={"bw_bytes_per_s": bw})})
+
+
+def _between(lo: Optional[float], hi: Optional[float]) -> str:
+    """Concurrencies from ``lo`` (None: no lower bound known) to ``hi`` (None: memory-bound throughout)."""
+    if lo is not None and hi is not None:
+        return f"between concurrency {lo:.3g} and {hi:.3g}"
+    if lo is not None:
+        return f"at concurrency {lo:.3g} or above (memory-bound throughout if t0 is 0)"
+    if hi is not None:
+        return f"at concurrency {hi:.3g} or below"
+    return "anywhere (memory-bound throughout if t0 is 0)"
+
+
+def knee_range_statement(model: ThroughputModel, s: float, bw_lo: float, bw_hi: Optional[float]
+                         ) -> tuple[tuple[Optional[float], Optional[float]], str]:
+    """Where BW is not identified (t0 and W/BW fixed only as their sum): the knee at context ``s``
+    over BW's range, ``bw_lo`` (t0 = 0: the constant step is all weight reads; the highest knee)
+    to ``bw_hi`` (the memory's measured bandwidth, None without one; the lowest knee)."""
+    lo_bw, hi_bw = (bw_lo, bw_hi) if bw_hi is None or bw_hi >= bw_lo else (bw_hi, bw_lo)
+    lo = _at_bw(model, hi_bw).knee(s) if hi_bw is not None else None
+    hi = _at_bw(model, lo_bw).knee(s)
+    fitted = model.knee(s)
+    upper = f" to {hi_bw / 1e9:.3g} GB/s (what the probe measured the memory can do)" if hi_bw is not None else ""
+    note = (f"knee not identified, as BW is not: {_between(lo, hi)} (context {s:.0f}), for BW from "
+            f"{lo_bw / 1e9:.3g} GB/s (t0 + W/BW all weight reads){upper}; the fitted BW puts it at "
+            + (f"{fitted:.3g}" if fitted is not None else "no concurrency (memory-bound throughout)"))
+    return (lo, hi), note
+
+
+def generation_knee_range_statement(model: ThroughputModel, prompt_len: float, output_len: int, bw_lo: float,
+                                    bw_hi: Optional[float]) -> str:
+    """The end-to-end knee over BW's range, as :func:`knee_range_statement`."""
+    lo_bw, hi_bw = (bw_lo, bw_hi) if bw_hi is None or bw_hi >= bw_lo else (bw_hi, bw_lo)
+    lo = _at_bw(model, hi_bw).generation_knee(prompt_len, output_len) if hi_bw is not None else None
+    hi = _at_bw(model, lo_bw).generation_knee(prompt_len, output_len)
+    return (f"end-to-end knee (prefill compute included) for prompt {prompt_len:g} + output {output_len} not "
+            f"identified either: {_between(lo, hi)}")

@@ -6,7 +6,10 @@ import numpy as np
 
 from throughputlab.errors import UserError
 from throughputlab.fit.generation import ceilings, fit_generation
-from throughputlab.fit.knees import generation_knee_statement, knee_statement
+from throughputlab.fit.identify import bw_range
+from throughputlab.fit.knees import (
+    generation_knee_range_statement, generation_knee_statement, knee_range_statement, knee_statement,
+)
 from throughputlab.fit.schema import DEFAULT_SEED, FitResult, costs_of, engine_devices, peaks_of, probe_costs_of
 from throughputlab.fit.training import fit_training
 from throughputlab.fit.mbu import utilisation
@@ -56,6 +59,10 @@ def fit_profile(profile: Profile, *, bootstrap: int = 0, seed: int = DEFAULT_SEE
         ref = max(gen_pts, key=lambda p: p.concurrency)
         gen.generation_knee_concurrency, gen.generation_knee_note = generation_knee_statement(
             model, ref.prompt_len, ref.output_len, c_top)
+        bws = bw_range(gen.params, gen.combinations, costs.weight_bytes, peaks, engine_devices(profile))
+        if bws is not None:  # the knee moves with BW along what the data leave open
+            gen.knee_range, gen.knee_note = knee_range_statement(model, gen.context_len, *bws)
+            gen.generation_knee_note = generation_knee_range_statement(model, ref.prompt_len, ref.output_len, *bws)
     return FitResult(
         method="fit", created_at=now_iso(), model=model, peaks=peaks, generation=gen, prefill=pre, training=tr,
         utilisation=utilisation(profile, costs, peaks), warnings=warnings, bootstrap_samples=bootstrap,

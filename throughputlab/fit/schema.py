@@ -97,6 +97,10 @@ class GenerationFit(_Strict):
     context_len: float  # the context at which the knee is stated
     knee_concurrency: Optional[float] = None  # decode step alone
     knee_note: str
+    # where BW is not identified, neither is the knee: the concurrencies it lies between for BW from
+    # t0 + W/BW with t0 = 0 (the highest knee; None: memory-bound at every concurrency) up to the
+    # memory's measured bandwidth (the lowest; None without a micro-benchmark). Both None: identified
+    knee_range: Optional[tuple[Optional[float], Optional[float]]] = None
     generation_knee_concurrency: Optional[float] = None  # whole requests, prefill compute included
     generation_knee_note: Optional[str] = None
     n_points: int

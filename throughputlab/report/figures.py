@@ -128,12 +128,13 @@ def generation_figure(items: list[tuple[Profile, Optional[FitResult], str]]):
                                      name=_t(f"{name}: {fit.method} model"), line=dict(color=col, width=2),
                                      hovertemplate="concurrency %{x:.3g}<br>%{y:.4g} tokens/s<extra></extra>"))
         if m is not None and not many:  # the asymptotes and knees of one context; with several they would crowd the plot
-            _asymptotes(fig, m, groups[0], label, color, c_max)
+            _asymptotes(fig, m, groups[0], label, color, c_max, fit.generation.knee_range if fit.generation else None)
     return _layout(fig, "Generation tokens/s against concurrency", "concurrency (sequences)", "output tokens/s")
 
 
-def _asymptotes(fig, m, group, label: str, color: str, c_max: int) -> None:
-    """The memory slope, the compute ceiling and the knees of one context's curve."""
+def _asymptotes(fig, m, group, label: str, color: str, c_max: int, knee_range=None) -> None:
+    """The memory slope, the compute ceiling and the knees of one context's curve; where the fit
+    says the knee is not identified (``knee_range``), the ends of its range instead of a knee."""
     import plotly.graph_objects as go
 
     prompt_len, output_len, ok = group
@@ -147,6 +148,12 @@ def _asymptotes(fig, m, group, label: str, color: str, c_max: int) -> None:
     fig.add_trace(go.Scatter(x=cs, y=mem, mode="lines", name=_t(f"{label}: memory roofline c*BW/(W+c*s*k)"),
                              line=dict(color=color, dash="dot", width=1)))
     _hline(fig, ceiling, cs[0], cs[-1], f"{label}: compute ceiling " + ("1/((F+s*a)/PHI + t_seq)" if m.decode.t_seq_s else "PHI/(F+s*a)"), color, dash="dash")
+    if knee_range is not None:
+        for end, which in zip(knee_range, ("lowest", "highest")):
+            if end is not None:
+                _vline(fig, end, min(meds) / 2, ceiling * 1.2,
+                       f"{label}: decode knee not identified, {which} it can be: {end:.3g}", color, dash="dashdot")
+        return
     if knee is not None:
         _vline(fig, knee, min(meds) / 2, ceiling * 1.2, f"{label}: decode knee c*={knee:.3g}", color, dash="dashdot")
     e2e = m.generation_knee(prompt_len, output_len)
