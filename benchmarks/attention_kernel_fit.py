@@ -35,9 +35,9 @@ from throughputlab.models import resolve_model
 from throughputlab.profile import Profile
 
 
-def attention_s(b: int, s: int, heads: int, head_dim: int, iters: int = 9) -> float:
+def attention_s(b: int, s: int, heads: int, head_dim: int, dtype: torch.dtype, iters: int = 9) -> float:
     """Median forward + backward of causal SDPA at (b, heads, s, head_dim), after two warm-ups."""
-    q, k, v = (torch.randn(b, heads, s, head_dim, requires_grad=True) for _ in range(3))
+    q, k, v = (torch.randn(b, heads, s, head_dim, dtype=dtype, requires_grad=True) for _ in range(3))
     times = []
     for _ in range(iters):
         t = time.perf_counter()
@@ -71,9 +71,10 @@ def main() -> None:
     s = np.array([p.seq_len for p in pts], float)
     y = np.array([statistics.median(x.forward_s + x.backward_s for x in p.samples) for p in pts])
     # transformers repeats the KV heads to the query heads before SDPA
-    attn = np.array([spec.num_layers * attention_s(p.micro_batch, p.seq_len, spec.num_heads, spec.head_dim)
+    dtype = getattr(torch, prof.settings.dtype)  # the profile's: bfloat16 kernels differ from float32 ones
+    attn = np.array([spec.num_layers * attention_s(p.micro_batch, p.seq_len, spec.num_heads, spec.head_dim, dtype)
                      for p in pts])
-    costs = rf.Costs.from_spec(spec, 4)
+    costs = rf.Costs.from_spec(spec, dtype.itemsize)
     gemm_flops = rf.train_step_s(b, s, costs, 0.0, 1.0, phi_attn=np.inf)  # 3*b*S*F
     attn_flops = rf.train_step_s(b, s, costs, 0.0, np.inf, phi_attn=1.0)  # 3*b*S*S*a/2
     one, zero = np.ones_like(y), np.zeros_like(y)
@@ -81,7 +82,8 @@ def main() -> None:
              "t0 + c*N + g*A": held_out([one, gemm_flops, attn], y, zero),
              "t0 + c*N + A": held_out([one, gemm_flops], y, attn)}
     print(f"{prof.model.name} ({spec.num_layers} layers, {spec.num_heads} heads of {spec.head_dim}), "
-          f"{args.profile}: forward + backward medians; A = layers x SDPA forward + backward, timed now")
+          f"{args.profile}: forward + backward medians; A = layers x SDPA forward + backward in {prof.settings.dtype}, "
+          "timed now")
     print("  seq len  micro-batch  f+b ms    A ms  A share  " + "  ".join(f"{k:>18}" for k in forms))
     for i, p in enumerate(pts):
         cells = "  ".join(f"{100 * forms[k][i]:+17.1f}%" for k in forms)

@@ -4,7 +4,8 @@ Measures the demo model on the hf backend at prompt lengths 64..512 and at 2,048
 concurrencies each), fits on the contexts up to 512 only, and prints the predicted decode step at
 2,048 beside the measured one, for the form the fit chose and for today's single-roofline form.
 
-    python benchmarks/context_holdout.py [--profile existing.json] [--out reports/.../context_holdout.json]
+    python benchmarks/context_holdout.py [--backend hf|vllm] [--rounds 2] [--profile existing.json]
+        [--out reports/.../context_holdout.json]
 
 Run it alone (two CPU-bound processes on two cores slow each other several times over).
 """
@@ -22,10 +23,10 @@ CONCURRENCY = (1, 4, 16)
 OUTPUT_LEN = 16
 
 
-def measure(out: Path, backend: str) -> None:
+def measure(out: Path, backend: str, rounds: int) -> None:
     cmd = [sys.executable, "-m", "throughputlab", "bench", "-m", "demo", "--only", "gen", "--backend", backend,
            "--contexts", ",".join(map(str, (*FIT_CONTEXTS, HELD_OUT))), "-c", ",".join(map(str, CONCURRENCY)),
-           "--output-len", str(OUTPUT_LEN), "--rounds", "2", "--repeats", "1", "--no-telemetry", "-o", str(out)]
+           "--output-len", str(OUTPUT_LEN), "--rounds", str(rounds), "--repeats", "1", "--no-telemetry", "-o", str(out)]
     if out.exists():
         cmd.append("--resume")
     print("$", " ".join(cmd[1:]), flush=True)
@@ -37,10 +38,11 @@ def main() -> None:
     ap.add_argument("--profile", type=Path, default=None, help="use this profile instead of measuring")
     ap.add_argument("--out", type=Path, default=Path("context_holdout.json"))
     ap.add_argument("--backend", choices=("hf", "vllm"), default="hf")
+    ap.add_argument("--rounds", type=int, default=2, help="passes over the grid (each adds a run to every point)")
     args = ap.parse_args()
     path = args.profile or args.out
     if args.profile is None:
-        measure(path, args.backend)
+        measure(path, args.backend, args.rounds)
 
     import throughputlab.fit.generation as generation
     from throughputlab.fit import fit_profile

@@ -7,6 +7,7 @@ the causal attention at its own rate PHI_attn) beside the other form's errors, a
 memory per sequence at each length. Target: held-out error at most 5% at every point.
 
     python benchmarks/seqlen_holdout.py [--model tiny|demo] [--profile existing.json] [--out seqlen_holdout.json]
+        [--rounds N --repeats N] [--compare another.json]
 
 Run it alone (two CPU-bound processes on two cores slow each other several times over).
 """
@@ -27,8 +28,7 @@ ROUNDS_REPEATS = {"tiny": (8, 3), "demo": (3, 1)}
 TARGET = 0.05
 
 
-def measure(out: Path, model: str) -> None:
-    rounds, repeats = ROUNDS_REPEATS[model]
+def measure(out: Path, model: str, rounds: int, repeats: int) -> None:
     cmd = [sys.executable, "-m", "throughputlab", "bench", "-m", model, "--only", "train",
            "--seq-lens", ",".join(map(str, SEQ_LENS)), "-b", ",".join(map(str, MICRO_BATCHES)),
            "--rounds", str(rounds), "--repeats", str(repeats), "--no-telemetry", "-o", str(out)]
@@ -46,10 +46,16 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("seqlen_holdout.json"))
     ap.add_argument("--model", choices=sorted(ROUNDS_REPEATS), default="tiny",
                     help="tiny: about two minutes on a 2-core CPU; demo: about four")
+    ap.add_argument("--rounds", type=int, default=None, help="passes over the grid (default: by model)")
+    ap.add_argument("--repeats", type=int, default=None, help="timed runs a point gets per pass (default: by model)")
+    ap.add_argument("--compare", type=Path, default=None,
+                    help="another profile of the same grid: print both fits' residuals side by side, to tell "
+                         "errors that repeat from run to run (the kernels' own shape effects) from noise")
     args = ap.parse_args()
     path = args.profile or args.out
     if args.profile is None:
-        measure(path, args.model)
+        rounds, repeats = ROUNDS_REPEATS[args.model]
+        measure(path, args.model, args.rounds or rounds, args.repeats or repeats)
 
     import throughputlab.fit.training as training
     from throughputlab.fit import fit_profile
@@ -87,6 +93,9 @@ def main() -> None:
     print(f"max held-out error, chosen form: {100 * worst:.1f}% (target {100 * TARGET:.0f}%: {verdict}); "
           f"one PHI_train: {100 * fits['one PHI_train'].training.loo_max_abs_error:.1f}%")
 
+    if args.compare is not None:
+        compare(fits["chosen"], fit_profile(Profile.load(args.compare), bootstrap=0), args.compare)
+
     mem = tr.memory
     if mem is None:
         print("\nno memory fit (peak memory not recorded)")
@@ -101,6 +110,28 @@ def main() -> None:
                if a.line_mem_per_sample_bytes is not None else f"{'n/a':>22}")
         held = f"{100 * a.loo_max_abs_error:.1f}%" if a.loo_max_abs_error is not None else "n/a"
         print(f"  {a.seq_len:>7}  {a.mem_per_sample_bytes / mib:>8.2f}  {own:>25}  {held:>12}  {a.max_micro_batch}")
+
+
+def compare(this, other, other_path: Path) -> None:
+    """Each point's residual (measured over fitted tokens/s, all points in the fit) in both runs, and
+    their correlation: residuals that repeat are the machine's kernels, which no smooth term follows."""
+    import numpy as np
+
+    mine = {(p.context_len, p.x): p for p in this.training.points}
+    theirs = {(p.context_len, p.x): p for p in other.training.points}
+    keys = sorted(set(mine) & set(theirs))
+    if len(keys) < 3:
+        print(f"\n--compare: {other_path} shares {len(keys)} point(s) with this profile, too few to compare")
+        return
+    a = np.array([mine[k].measured_tokens_per_s / mine[k].fitted_tokens_per_s - 1 for k in keys])
+    b = np.array([theirs[k].measured_tokens_per_s / theirs[k].fitted_tokens_per_s - 1 for k in keys])
+    print(f"\nresiduals of the full fit (measured / fitted tokens/s - 1), this profile and {other_path}:")
+    print("  seq len  micro-batch    this   other")
+    for k, x, y in zip(keys, a, b):
+        print(f"  {k[0]:>7.0f}  {k[1]:>11}  {100 * x:+5.1f}%  {100 * y:+5.1f}%")
+    r = float(np.corrcoef(a, b)[0, 1])
+    print(f"correlation {r:+.2f} over {len(keys)} points; rms {100 * np.sqrt(np.mean(a ** 2)):.1f}% and "
+          f"{100 * np.sqrt(np.mean(b ** 2)):.1f}%, rms of their difference {100 * np.sqrt(np.mean((a - b) ** 2)):.1f}%")
 
 
 if __name__ == "__main__":
