@@ -191,13 +191,15 @@ def test_killed_rank_marks_its_point_error_leaves_nothing_and_resume_finishes(tm
     assert 8 not in points
 
     again = Recorder()
-    resumed = _run(path, [2, 4, 8], hooks=again, resume=True)
+    # the resumed run may also grow the sweep: 16 is added, 2 is not measured again
+    resumed = _run(path, [2, 4, 8, 16], hooks=again, resume=True)
     assert resumed.ok, resumed.message
     points = _by_b(resumed.profile)
-    assert {b: p.status for b, p in points.items()} == {2: "ok", 4: "ok", 8: "ok"}
+    assert {b: p.status for b, p in points.items()} == {2: "ok", 4: "ok", 8: "ok", 16: "ok"}
     assert ("finished", 2, "ok", True) in again.events  # not measured again
     assert ("started", 2) not in again.events
-    assert [r.micro_batch for r in resumed.ranks.points] == [2, 4, 8]
+    assert [r.micro_batch for r in resumed.ranks.points] == [2, 4, 8, 16]
+    assert resumed.profile.spec.training.micro_batches == [2, 4, 8, 16]
     again.assert_none_left()
 
 
