@@ -165,6 +165,8 @@ def main() -> None:
           f"t0 {d.t0_s * 1e3:.2f} ms, BW {d.bw_bytes_per_s / 1e9:.2f} GB/s, PHI {d.phi_flops_per_s / 1e9:.1f} GFLOP/s, "
           f"per-call overhead {model.gen_overhead_s * 1e3:.0f} ms; knee at concurrency "
           f"{'none (memory-bound)' if knee is None else f'{knee:.3g}'} (context {knee_s:.0f})")
+    if fitted.generation.knee_range is not None:  # BW not identified: the knee above is the fitted form's guess
+        print(f"the fit: {fitted.generation.knee_note}")
     print(f"decode form: {fitted.generation.form}; attention terms: {fitted.generation.attention_note}")
     print(f"engine: {caps.describe()}; response lengths lognormal mean {args.mean_tokens:g}, sigma {args.sigma:g}, "
           f"cut {args.max_tokens}; prompt {args.prompt_len}; {args.repeats} rounds\n")

@@ -12,8 +12,9 @@ gradient); parameters ``rtol=1e-5``, ``atol=lr/100`` (each element's AdamW updat
 the learning rate: the first update is about ``lr * g/|g|``, so an element whose gradient is
 near 0 may move by a fraction of ``lr`` either way). bfloat16 (float32 master weights,
 bf16 compute, fp32 reduction): each gradient tensor within 1e-2 of its norm (relative L2; bf16
-rounds to 2**-8), and every parameter within ``lr`` of the reference (a near-zero gradient may
-flip its update's sign), 99% of them within ``lr/100``. Summed gradients are off by 100% of
+rounds to 2**-8), and every parameter within ``2*lr`` of the reference (a near-zero gradient may
+flip its update's sign: only elements whose gradient is within 1% of the tensor's largest may
+differ by more than ``lr``), 99% of them within ``lr/100``. Summed gradients are off by 100% of
 the norm. AdamW's update hardly depends on the gradient's scale, which is why the gradients
 themselves are compared.
 """
@@ -77,8 +78,14 @@ def test_bf16_gradients_and_step_match_one_process_within_bf16_rounding(cases):
     for name, g in ref["grads"].items():
         assert _rel(fsdp["grads"][name], g) < 1e-2, name
     diffs = torch.cat([(fsdp["params"][n] - p).abs().flatten() for n, p in ref["params"].items()])
-    assert diffs.max().item() <= LR * 1.01
+    # the first AdamW update is about lr * sign(g): an element whose gradient rounds to the other
+    # side of 0 moves the other way, 2 lr apart; that happens only where the gradient is near 0
+    assert diffs.max().item() <= 2 * LR * 1.01
     assert (diffs > LR / 100).float().mean().item() < 0.01
+    for name, p in ref["params"].items():
+        g = ref["grads"][name]
+        apart = (fsdp["params"][name] - p).abs() > LR * 1.01
+        assert (g[apart].abs() <= 1e-2 * g.abs().max()).all(), name
 
 
 @pytest.mark.slow
