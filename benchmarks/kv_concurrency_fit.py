@@ -28,6 +28,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 from throughputlab import roofline as rf
+from throughputlab.fit.schema import costs_of
 from throughputlab.profile import Profile
 
 FIT_MAX_CONTEXT = 1000  # mean contexts up to 520 are fitted; the 2,056-token points are held out
@@ -46,7 +47,7 @@ def main() -> None:
         y = np.array([g.decode_step_s for g in pts])
         fit, held = s < FIT_MAX_CONTEXT, s >= FIT_MAX_CONTEXT
         cols = np.column_stack([np.ones_like(c), c, c * s, s])
-        k = rf.Costs.from_spec(prof.model, {"bfloat16": 2, "float16": 2}.get(prof.settings.dtype, 4)).kv_bytes_per_token
+        k = costs_of(prof).kv_bytes_per_token
         print(f"{path} ({prof.settings.gen_backend}, {prof.settings.dtype}): fitted on {int(fit.sum())} points, "
               f"held out {int(held.sum())}")
         for name, n in SHAPES.items():

@@ -48,14 +48,20 @@ def _between(lo: Optional[float], hi: Optional[float]) -> str:
     return "anywhere (memory-bound throughout if t0 is 0)"
 
 
+def _range_ends(model: ThroughputModel, bw_lo: float, bw_hi: Optional[float], knee) -> tuple[tuple, tuple]:
+    """((lowest knee, highest knee), (lowest BW, highest BW)): ``knee(model)`` at the highest BW
+    (None without one) and at the lowest, BW's two ends put in order."""
+    lo_bw, hi_bw = (bw_lo, bw_hi) if bw_hi is None or bw_hi >= bw_lo else (bw_hi, bw_lo)
+    lo = knee(_at_bw(model, hi_bw)) if hi_bw is not None else None
+    return (lo, knee(_at_bw(model, lo_bw))), (lo_bw, hi_bw)
+
+
 def knee_range_statement(model: ThroughputModel, s: float, bw_lo: float, bw_hi: Optional[float]
                          ) -> tuple[tuple[Optional[float], Optional[float]], str]:
     """Where BW is not identified (t0 and W/BW fixed only as their sum): the knee at context ``s``
     over BW's range, ``bw_lo`` (t0 = 0: the constant step is all weight reads; the highest knee)
     to ``bw_hi`` (the memory's measured bandwidth, None without one; the lowest knee)."""
-    lo_bw, hi_bw = (bw_lo, bw_hi) if bw_hi is None or bw_hi >= bw_lo else (bw_hi, bw_lo)
-    lo = _at_bw(model, hi_bw).knee(s) if hi_bw is not None else None
-    hi = _at_bw(model, lo_bw).knee(s)
+    (lo, hi), (lo_bw, hi_bw) = _range_ends(model, bw_lo, bw_hi, lambda m: m.knee(s))
     fitted = model.knee(s)
     upper = f" to {hi_bw / 1e9:.3g} GB/s (what the probe measured the memory can do)" if hi_bw is not None else ""
     note = (f"knee not identified, as BW is not: {_between(lo, hi)} (context {s:.0f}), for BW from "
@@ -67,8 +73,6 @@ def knee_range_statement(model: ThroughputModel, s: float, bw_lo: float, bw_hi: 
 def generation_knee_range_statement(model: ThroughputModel, prompt_len: float, output_len: int, bw_lo: float,
                                     bw_hi: Optional[float]) -> str:
     """The end-to-end knee over BW's range, as :func:`knee_range_statement`."""
-    lo_bw, hi_bw = (bw_lo, bw_hi) if bw_hi is None or bw_hi >= bw_lo else (bw_hi, bw_lo)
-    lo = _at_bw(model, hi_bw).generation_knee(prompt_len, output_len) if hi_bw is not None else None
-    hi = _at_bw(model, lo_bw).generation_knee(prompt_len, output_len)
+    (lo, hi), _ = _range_ends(model, bw_lo, bw_hi, lambda m: m.generation_knee(prompt_len, output_len))
     return (f"end-to-end knee (prefill compute included) for prompt {prompt_len:g} + output {output_len} not "
             f"identified either: {_between(lo, hi)}")
