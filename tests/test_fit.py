@@ -225,3 +225,43 @@ def test_tensor_parallel_engine_is_searched_up_to_tp_times_one_device_peak():
     assert ceilings(peaks_of(prof), engine_devices(prof)) == (2 * one[0], 2 * one[1])
     r = fit_profile(prof)
     assert any("engine of 2 devices" in w for w in r.warnings)
+
+
+def test_concurrency_past_knee_doubles_the_top_to_twice_the_knee():
+    from throughputlab.fit.knees import concurrency_past_knee
+
+    assert concurrency_past_knee([1, 2, 4, 8, 16, 32, 64], 82.4) == [1, 2, 4, 8, 16, 32, 64, 128, 256]
+    assert concurrency_past_knee([4, 1, 2], 5.5) == [1, 2, 4, 8, 16]  # 8 < 11, 16 >= 11
+    assert concurrency_past_knee([1, 2, 4, 8], 8.0) is None  # at the top: measured, not extrapolated
+    assert concurrency_past_knee([1, 2, 4, 8], None) is None
+    assert concurrency_past_knee([], 3.0) is None
+
+
+def test_fit_prints_the_resume_that_measures_past_an_extrapolated_knee(tmp_path):
+    """A sweep that stops below its knee gets the exact `bench --resume` to run (the path quoted
+    for a shell). A sweep that reaches the knee, or one whose knee is a range (BW not identified),
+    gets none."""
+    from conftest import run_cli
+
+    short = tmp_path / "short profile.json"
+    make_profile(concurrencies=(1, 2, 4), probe=PROBE, noise=0.005, micro_batches=()).save(short)
+    r = run_cli("fit", str(short), "--bootstrap", "0", "--no-save")
+    assert r.returncode == 0, r.stderr
+    knee = float(r.stdout.split("knee at concurrency ")[1].split()[0])
+    assert 4 < knee < 8  # past the sweep, so the suggestion must reach 2 x knee
+    line = next(x for x in r.stdout.splitlines() if x.startswith("to measure the compute-bound side"))
+    cmd = line.split(": ", 1)[1]
+    assert cmd.startswith(f"throughputlab bench --resume -o '{short}' -c 1,2,4,")
+    grown = [int(c) for c in cmd.rsplit(" ", 1)[1].split(",")]
+    assert grown[:3] == [1, 2, 4] and all(b == 2 * a for a, b in zip(grown[2:], grown[3:]))
+    assert grown[-1] >= 2 * knee > grown[-2]
+
+    full = tmp_path / "full.json"
+    make_profile(concurrencies=CS, probe=PROBE, noise=0.005, micro_batches=()).save(full)
+    r = run_cli("fit", str(full), "--bootstrap", "0", "--no-save")
+    assert r.returncode == 0 and "knee at concurrency" in r.stdout and "--resume" not in r.stdout
+
+    no_probe = tmp_path / "no_probe.json"  # BW not identified: more concurrency would not pin the knee
+    make_profile(concurrencies=(1, 2, 4), noise=0.005, micro_batches=()).save(no_probe)
+    r = run_cli("fit", str(no_probe), "--bootstrap", "0", "--no-save")
+    assert r.returncode == 0 and "knee not identified" in r.stdout and "--resume" not in r.stdout

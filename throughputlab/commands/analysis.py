@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Optional
 
@@ -39,10 +40,30 @@ def fit(profile: Path, bootstrap: int, output: Optional[Path], no_save: bool, se
     click.echo(f"{prof.model.name} on {prof.hardware.device_name} ({prof.settings.dtype})")
     for line in summary_lines(result):
         click.echo(line)
+    more = _past_knee_command(prof, result, profile)
+    if more:
+        click.echo(f"to measure the compute-bound side instead of extrapolating it: {more}")
     if not no_save:
         prof.fit = result.model_dump(mode="json")
         prof.save(target)
         click.echo(f"fit stored in {target}")
+
+
+def _past_knee_command(prof, result, path: Path) -> Optional[str]:
+    """The `bench --resume` that adds concurrencies past a fitted decode knee the sweep did not
+    reach; None where the knee is inside the sweep, is a range (BW not identified: more
+    concurrency does not separate t0 from W/BW), or the sweep was `auto` (it cannot be grown)."""
+    from throughputlab.fit.knees import concurrency_past_knee
+
+    g = result.generation
+    if g is None or g.knee_range is not None or prof.kind != "measured":
+        return None
+    if prof.spec is not None and isinstance(prof.spec.generation.concurrency, str):
+        return None
+    grown = concurrency_past_knee([p.concurrency for p in prof.generation if p.status == "ok"], g.knee_concurrency)
+    if grown is None:
+        return None
+    return f"throughputlab bench --resume -o {shlex.quote(str(path))} -c {','.join(map(str, grown))}"
 
 
 @click.command(context_settings={"show_default": True})

@@ -76,3 +76,17 @@ def generation_knee_range_statement(model: ThroughputModel, prompt_len: float, o
     (lo, hi), _ = _range_ends(model, bw_lo, bw_hi, lambda m: m.generation_knee(prompt_len, output_len))
     return (f"end-to-end knee (prefill compute included) for prompt {prompt_len:g} + output {output_len} not "
             f"identified either: {_between(lo, hi)}")
+
+
+def concurrency_past_knee(measured: list[int], knee: Optional[float]) -> Optional[list[int]]:
+    """Where a fitted knee lies past the largest measured concurrency: the measured list with the
+    doublings of its largest up to at least twice the knee, so the compute-bound side is measured
+    and not extrapolated (``bench --resume -c LIST`` adds just the new points). None when the knee
+    is unknown, or inside the measured range."""
+    if knee is None or not measured or knee <= max(measured):
+        return None
+    grown, c = sorted(set(measured)), max(measured)
+    while c < 2 * knee:
+        c *= 2
+        grown.append(c)
+    return grown
