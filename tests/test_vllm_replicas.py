@@ -27,9 +27,9 @@ pytestmark = [
 ]
 
 
-def _spec() -> BenchSpec:
+def _spec(concurrency=(1, 2, 4)) -> BenchSpec:
     return BenchSpec(model="tiny", only="gen", device="cpu",
-                     generation=GenerationSpec(backend="vllm", concurrency=[1, 2, 4], prompt_len=16, output_len=32,
+                     generation=GenerationSpec(backend="vllm", concurrency=list(concurrency), prompt_len=16, output_len=32,
                                                data_parallel=2, engine_args={"enforce_eager": True}),
                      measurement=Measurement(warmup=1, repeats=2, rounds=1), telemetry=Telemetry(enabled=False))
 
@@ -118,14 +118,18 @@ def test_two_replicas_measure_together_a_killed_rank_leaves_nothing_and_resume_f
     assert one.layout.dp == 2 and one.layout.world_size == 2 and one.layout.tp == 1
     assert all(len(s.replica_total_s) == 2 and s.total_s == max(s.replica_total_s) for s in one.samples)
 
+    # the resume also grows the sweep: it finishes the failed point and adds concurrency 8
     again = Recorder()
-    res = run_generation_replicas(_spec(), path, resume=True, hooks=again, probe_microbench=False, timeout_s=500)
+    res = run_generation_replicas(_spec((1, 2, 4, 8)), path, resume=True, hooks=again, probe_microbench=False,
+                                  timeout_s=500)
     assert res.ok, res.message
     again.assert_none_left()
     prof = res.profile
     assert [(p.concurrency, p.status) for p in sorted(prof.generation, key=lambda p: p.concurrency)] == \
-        [(1, "ok"), (2, "ok"), (4, "ok")]
+        [(1, "ok"), (2, "ok"), (4, "ok"), (8, "ok")]
     assert ("finished", 1, "ok", True) in again.events and ("started", 1) not in again.events
+    assert ("started", 8) in again.events and prof.spec.generation.concurrency == [1, 2, 4, 8]
+    assert next(p for p in prof.generation if p.concurrency == 8).samples[0].replica_total_s
     p4 = next(p for p in prof.generation if p.concurrency == 4)
     per = p4.replica_tokens_per_s
     assert len(per) == 2 and all(x > 0 for x in per)
