@@ -37,6 +37,9 @@ def fit(profile: Path, bootstrap: int, output: Optional[Path], no_save: bool, se
     if not no_save:
         check_writable(target)
     result = fit_profile(prof, bootstrap=bootstrap, seed=seed)
+    if not no_save:  # stored before printing: a closed pipe (`fit P | head`) must not lose it
+        prof.fit = result.model_dump(mode="json")
+        prof.save(target)
     click.echo(f"{prof.model.name} on {prof.hardware.device_name} ({prof.settings.dtype})")
     for line in summary_lines(result):
         click.echo(line)
@@ -44,8 +47,6 @@ def fit(profile: Path, bootstrap: int, output: Optional[Path], no_save: bool, se
     if more:
         click.echo(f"to measure the compute-bound side instead of extrapolating it: {more}")
     if not no_save:
-        prof.fit = result.model_dump(mode="json")
-        prof.save(target)
         click.echo(f"fit stored in {target}")
 
 

@@ -234,6 +234,23 @@ def peaks_of(profile: Profile) -> Peaks:
     )
 
 
+def stale_fit_reason(profile: Profile, fit: FitResult) -> Optional[str]:
+    """Why a measured profile's stored fit no longer describes its points (a `bench --resume` added
+    or finished points after it was made), or None. A predicted profile's fit is its source."""
+    if profile.kind == "predicted":
+        return None
+    gen = [p for p in profile.generation if p.status == "ok" and p.samples]
+    train = [p for p in profile.training if p.status == "ok" and p.samples]
+    fitted = (fit.generation.n_points if fit.generation else 0, fit.training.n_points if fit.training else 0)
+    if (len(gen), len(train)) != fitted:
+        return (f"made from {fitted[0]} generation and {fitted[1]} training points; the profile now has "
+                f"{len(gen)} and {len(train)}")
+    newer = sum(p.measured_at > fit.created_at for p in gen + train)
+    if newer:
+        return f"{newer} point(s) measured after it"
+    return None
+
+
 def load_fit(profile: Profile) -> Optional[FitResult]:
     """The stored fit of a profile, or None when it has none (or an older, unreadable one).
 
@@ -246,6 +263,11 @@ def load_fit(profile: Profile) -> Optional[FitResult]:
         fit = FitResult.model_validate(profile.fit)
     except Exception as e:  # a fit written by another version: refit rather than fail
         log.info("stored fit is unreadable (%s); refitting", e)
+        return None
+    stale = stale_fit_reason(profile, fit)
+    if stale:
+        log.warning("the stored fit is out of date (%s): fitted again now; `throughputlab fit PROFILE` stores it",
+                    stale)
         return None
     model = fit.model.model_copy(update={"costs": costs_of(profile)})
     mem = fit.training.memory if fit.training else None
