@@ -265,3 +265,53 @@ def test_fit_prints_the_resume_that_measures_past_an_extrapolated_knee(tmp_path)
     make_profile(concurrencies=(1, 2, 4), noise=0.005, micro_batches=()).save(no_probe)
     r = run_cli("fit", str(no_probe), "--bootstrap", "0", "--no-save")
     assert r.returncode == 0 and "knee not identified" in r.stdout and "--resume" not in r.stdout
+
+
+def test_a_stored_fit_older_than_the_points_is_not_used(caplog):
+    """A `bench --resume` that adds points after `fit` leaves an out-of-date fit in the profile:
+    predict, report and decide must refit, and say so, rather than use it."""
+    from throughputlab.fit import load_fit
+
+    short = make_profile(concurrencies=(1, 2, 4), probe=PROBE, noise=0.005)
+    fit = fit_profile(short, bootstrap=0)
+    grown = make_profile(concurrencies=(1, 2, 4, 8, 16), probe=PROBE, noise=0.005)
+    grown.fit = short.fit = fit.model_dump(mode="json")
+    assert load_fit(short) is not None  # its own points: used
+    with caplog.at_level("WARNING"):
+        assert load_fit(grown) is None
+    assert "out of date" in caplog.text and "3 generation and 4 training points; the profile now has 5 and 4" \
+        in caplog.text
+    assert load_model(grown).decode.bw_bytes_per_s != fit.model.decode.bw_bytes_per_s  # fitted again
+
+    # the same point count, one point re-measured after the fit
+    later = short.model_copy(deep=True)
+    later.generation[0].measured_at = "2999-01-01T00:00:00+00:00"
+    assert load_fit(later) is None
+
+
+def test_single_sample_points_get_jacobian_intervals_not_a_zero_width_bootstrap():
+    prof = make_profile(repeats=1, probe=PROBE, noise=0.02)
+    r = fit_profile(prof, bootstrap=50)
+    assert any("generation: a point has a single sample" in w for w in r.warnings)
+    assert any("training: a point has a single sample" in w for w in r.warnings)
+    jac = fit_profile(prof, bootstrap=0)
+    for got, want in ((r.generation.params, jac.generation.params), (r.training.params, jac.training.params)):
+        for e, j in zip(got, want):
+            if e.identified:
+                assert e.hi > e.lo and (e.lo, e.hi) == pytest.approx((j.lo, j.hi), rel=1e-9), e.name
+    two = fit_profile(make_profile(repeats=2, probe=PROBE, noise=0.02), bootstrap=50)
+    assert not any("single sample" in w for w in two.warnings)
+
+
+def test_a_knee_from_memory_bound_points_only_is_a_lower_bound():
+    """Where every point is memory-bound PHI is only bounded from below, and the knee grows with
+    PHI: the fit says 'or above', and the knee the full sweep finds is indeed above it."""
+    full = fit_profile(make_profile(concurrencies=CS, probe=PROBE, noise=0.005, micro_batches=()), bootstrap=0)
+    true_knee = full.generation.knee_concurrency
+    assert "or above" not in full.generation.knee_note and "compute-bound above" in full.generation.knee_note
+    for cs in ((1, 2, 4), (1, 2, 4, 8)):
+        g = fit_profile(make_profile(concurrencies=cs, probe=PROBE, noise=0.005, micro_batches=()), bootstrap=0).generation
+        phi = _param(g.params, "phi_flops_per_s")
+        assert not phi.identified and "only bounded from below" in phi.note
+        assert f"knee at concurrency {g.knee_concurrency:.3g} or above" in g.knee_note
+        assert max(cs) < g.knee_concurrency <= true_knee

@@ -43,16 +43,19 @@ def attention_note(chosen: str, obs: list, candidates: dict) -> str:
         return (f"per-kernel form tried on contexts {contexts[0]} to {contexts[-1]} and not kept (held-out {what} "
                 f"error {_pct(candidates['split'][i])} against {_pct(candidates[chosen][i])}): one roofline over the "
                 "summed bytes and FLOPs")
+    fix = "measure with --contexts to fit them"
     if len(contexts) == 1:
         span = f"one context ({contexts[0]} tokens)"
     elif contexts[-1] < SPLIT_CONTEXT_RATIO * contexts[0]:
         span = f"contexts {contexts[0]} to {contexts[-1]} (less than {SPLIT_CONTEXT_RATIO:g}x apart)"
+        fix = f"measure with --contexts spanning {SPLIT_CONTEXT_RATIO:g}x or more to fit them"
     elif len(obs) < 6:
         span = f"{len(obs)} points, too few for one more parameter (6 or more)"
+        fix = "add concurrencies (-c) for 6 points or more to fit them"
     else:
         span = "the per-kernel form was not tried"
     return (f"not identified: {span}; the decode bandwidth BW stands in for the KV reads and PHI for the "
-            "attention FLOPs (measure with --contexts to fit them)")
+            f"attention FLOPs ({fix})")
 
 
 def _pct(x: Optional[float]) -> str:

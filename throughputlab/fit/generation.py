@@ -19,7 +19,7 @@ from throughputlab import roofline as rf
 from throughputlab.fit import identify
 from throughputlab.fit.forms import SPLIT_CONTEXT_RATIO, attention_note, choose_form
 from throughputlab.fit.schema import GenerationFit, Peaks, PointError, PrefillFit
-from throughputlab.fit.solver import LSQ, bootstrap, estimates, leave_one_out, rms, solve
+from throughputlab.fit.solver import LSQ, bootstrap, can_bootstrap, estimates, leave_one_out, rms, solve
 from throughputlab.profile import GenPoint
 from throughputlab.roofline import Costs
 from throughputlab.throughput import DecodeParams, PrefillParams
@@ -321,9 +321,10 @@ def fit_generation(points: list[GenPoint], costs: Costs, peaks: Peaks, warnings:
     spread = max(o.s for o in obs) / max(min(o.s for o in obs), 1e-9)
     if n >= 6 and spread >= SPLIT_CONTEXT_RATIO:
         forms.append("split")
-    if n < 4:
-        warnings.append(f"only {n} generation point(s): the decode fit is under-determined "
-                        "(measure at least 4 concurrencies, spanning the knee)")
+    n_c = len({o.c for o in obs})
+    if n_c < 4:  # a context grid has many points, but t0, BW and PHI are told apart along concurrency
+        warnings.append(f"only {n_c} concurrenc{'y' if n_c == 1 else 'ies'} measured: the decode fit is "
+                        "under-determined (measure at least 4 concurrencies, spanning the knee)")
     if probe_costs is not None:  # the per-sequence cost t_seq, between 1 ns and the longest step
         lo3, hi3 = np.append(lo3, math.log(1e-9)), np.append(hi3, math.log(max(o.decode_step_s for o in obs)))
     candidates = {}
@@ -344,7 +345,7 @@ def fit_generation(points: list[GenPoint], costs: Costs, peaks: Peaks, warnings:
     spec, g, loo = candidates[chosen][:3]
 
     boot = pboot = None
-    if bootstrap_n > 0:
+    if bootstrap_n > 0 and can_bootstrap("generation", [len(o.point.samples) for o in obs], warnings):
         draws = bootstrap(bootstrap_n, lambda: [_resampled(o.point, rng) for o in obs],
                           lambda bobs: _gen_fit_all(spec, bobs, phi_hi, starts=[g.sol.x]))
         boot = np.array([np.exp(d.sol.x) for d in draws]) if draws else None

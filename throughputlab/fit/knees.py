@@ -9,13 +9,20 @@ from typing import Optional
 from throughputlab.throughput import ThroughputModel
 
 
-def knee_statement(model: ThroughputModel, s: float, c_measured_max: Optional[float] = None) -> tuple[Optional[float], str]:
-    """The knee concurrency at context ``s`` and one sentence saying what it means."""
+def knee_statement(model: ThroughputModel, s: float, c_measured_max: Optional[float] = None,
+                   phi_floor: bool = False) -> tuple[Optional[float], str]:
+    """The knee concurrency at context ``s`` and one sentence saying what it means. ``phi_floor``:
+    every measured point was memory-bound, so PHI is only bounded from below, and so is the knee
+    (it grows with PHI)."""
     c = model.knee(s)
     if c is None:
         return None, (f"decode stays memory-bound at every concurrency at context {s:.0f}: "
                       "KV-cache reads grow as fast as the arithmetic")
-    note = f"knee at concurrency {c:.3g} (context {s:.0f}): memory-bound below, compute-bound above"
+    if phi_floor:
+        note = (f"knee at concurrency {c:.3g} or above (context {s:.0f}): every measured point is memory-bound, so "
+                "PHI and the knee are bounded from below only, and predictions past it are a floor")
+    else:
+        note = f"knee at concurrency {c:.3g} (context {s:.0f}): memory-bound below, compute-bound above"
     if c_measured_max is not None and c > c_measured_max:
         note += f"; beyond the largest measured concurrency ({c_measured_max:g}), so extrapolated"
     return c, note

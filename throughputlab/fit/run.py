@@ -55,7 +55,9 @@ def fit_profile(profile: Profile, *, bootstrap: int = 0, seed: int = DEFAULT_SEE
     )
     if gen is not None:
         c_top = max(p.concurrency for p in gen_pts)
-        gen.knee_concurrency, gen.knee_note = knee_statement(model, gen.context_len, c_top)
+        phi = next(e for e in gen.params if e.name == "phi_flops_per_s")
+        floor = not phi.identified and "only bounded from below" in (phi.note or "")
+        gen.knee_concurrency, gen.knee_note = knee_statement(model, gen.context_len, c_top, phi_floor=floor)
         ref = max(gen_pts, key=lambda p: p.concurrency)
         gen.generation_knee_concurrency, gen.generation_knee_note = generation_knee_statement(
             model, ref.prompt_len, ref.output_len, c_top)

@@ -73,6 +73,16 @@ def leave_one_out(items: Sequence[T], min_rest: int, refit_predict: Callable[[li
     return [refit_predict(items[:i] + items[i + 1:], it) for i, it in enumerate(items)]
 
 
+def can_bootstrap(what: str, sample_counts: list[int], warnings: list[str]) -> bool:
+    """A bootstrap over each point's samples needs two or more at every point: a point of one
+    sample is drawn identically every time, and the percentiles would narrow to nothing."""
+    if min(sample_counts, default=0) >= 2:
+        return True
+    warnings.append(f"{what}: a point has a single sample, so resampling cannot show its spread; intervals from "
+                    "the Jacobian instead of the bootstrap (measure with --repeats 2 or more --rounds)")
+    return False
+
+
 def bootstrap(n: int, draw: Callable[[], T], refit: Callable[[T], R]) -> list[R]:
     """``n`` refits on resampled data; a resample the fit cannot handle is dropped."""
     out: list[R] = []

@@ -17,7 +17,7 @@ from scipy.stats import t as student_t
 from throughputlab import roofline as rf
 from throughputlab.fit.schema import CI_LEVEL, MemoryAtSeqLen, MemoryFit, Peaks, PointError, TrainingFit
 from throughputlab.fit.identify import flops_note
-from throughputlab.fit.solver import LSQ, bootstrap, estimates, leave_one_out, rms, solve
+from throughputlab.fit.solver import LSQ, bootstrap, can_bootstrap, estimates, leave_one_out, rms, solve
 from throughputlab.profile import Profile, TrainPoint
 from throughputlab.roofline import Costs
 from throughputlab.throughput import TrainParams
@@ -125,7 +125,7 @@ def fit_training(profile: Profile, points: list[TrainPoint], costs: Costs, peaks
     phi_attn = attn[0] if attn else None
 
     boot = None
-    if bootstrap_n > 0:
+    if bootstrap_n > 0 and can_bootstrap("training", [len(o.point.samples) for o in obs], warnings):
         def draw() -> list[TrainObs]:
             out = []
             for o in obs:
@@ -182,14 +182,16 @@ def _attention_note(form: str, seq_lens: list[int], n: int, errors: dict) -> str
     if "split" in errors:
         return (f"PHI_attn tried on {span} and not kept (held-out error {_pct(errors['split'])} against "
                 f"{_pct(errors['single'])}): PHI_train covers the attention FLOPs too")
+    fix = "measure with --seq-lens to fit them"
     if len(seq_lens) == 1:
         why = f"one sequence length ({seq_lens[0]} tokens)"
     elif seq_lens[-1] < SPLIT_SEQ_RATIO * seq_lens[0]:
         why = f"{span} (less than {SPLIT_SEQ_RATIO:g}x apart)"
+        fix = f"measure with --seq-lens spanning {SPLIT_SEQ_RATIO:g}x or more to fit them"
     else:
         why = f"{n} points, too few for one more parameter ({SPLIT_MIN_POINTS} or more)"
-    return (f"not identified: {why}; PHI_train stands in for the attention FLOPs (measure with --seq-lens "
-            "to fit them)")
+        fix = f"add micro-batches (-b) for {SPLIT_MIN_POINTS} points or more to fit them"
+    return f"not identified: {why}; PHI_train stands in for the attention FLOPs ({fix})"
 
 
 def _pct(x: Optional[float]) -> str:
