@@ -172,6 +172,20 @@ def test_resume_refuses_a_different_model(tmp_path):
 
 
 
+def test_a_run_that_fails_before_its_first_point_leaves_no_profile(tmp_path):
+    """A mistake caught at the engine's start writes nothing, so the corrected command runs
+    without --force; a profile being resumed is kept whatever happens."""
+    out = tmp_path / "p.json"
+    bad = ("bench", *FAST, "--only", "gen", "--engine-arg", "foo=1", "-o", str(out))
+    assert_user_error(run_cli(*bad), "foo", "--backend hf")
+    assert not out.exists()
+    assert_user_error(run_cli(*bad), "foo")  # the same mistake again, not "exists: pass --resume"
+    assert run_cli("bench", *FAST, "--only", "train", "-b", "1", "-o", str(out)).returncode == 0
+    before = Profile.load(out)
+    assert_user_error(run_cli("bench", "--resume", "--engine-arg", "foo=1", "-o", str(out)), "foo")
+    assert len(Profile.load(out).training) == len(before.training) == 1
+
+
 def test_bench_rounds_revisit_every_point(tmp_path):
     out = tmp_path / "r.json"
     r = run_cli("bench", "--model", "tiny", "--prompt-len", "8", "--output-len", "4", "--seq-len", "16",

@@ -172,6 +172,25 @@ def _predicted() -> UserError:
 
 
 def run_bench(spec: BenchSpec, run: RunOptions, hooks: Hooks = Hooks()) -> Profile:
+    """Measure ``spec`` into ``run.output``. A new profile that fails or is interrupted before its
+    first point is removed, so the corrected command runs again without --force."""
+    try:
+        return _run_bench(spec, run, hooks)
+    except BaseException:
+        if not run.resume and _no_points(run.output):
+            run.output.unlink(missing_ok=True)
+        raise
+
+
+def _no_points(path: Path) -> bool:
+    try:
+        profile = Profile.load(path)
+    except (UserError, OSError):
+        return False  # not ours to judge: leave it
+    return not profile.generation and not profile.training
+
+
+def _run_bench(spec: BenchSpec, run: RunOptions, hooks: Hooks = Hooks()) -> Profile:
     from throughputlab.backends import load_backend_class
 
     spec.check()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 from typing import Optional
@@ -151,7 +152,7 @@ def _shown(value) -> str:
 @click.option("--allocator", type=click.Choice(["auto", "system"]), default="auto", show_default=True,
               help="auto: on CPU, run the hf/torch backends under tcmalloc or jemalloc when the system has one "
                    "(LD_PRELOAD, as vLLM's and PyTorch's CPU guides recommend; glibc malloc faults large blocks in "
-                   "again at every step, 15-25%% of a CPU training step). system: keep the process's allocator. "
+                   "again at every step, 15-25% of a CPU training step). system: keep the process's allocator. "
                    "The profile records which one ran.")
 @click.pass_context
 def bench(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, ...], print_spec: bool,
@@ -265,8 +266,12 @@ def bench(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, .
                 profile = res.profile
                 ranks = res.ranks
     except KeyboardInterrupt:
-        console.print(f"\ninterrupted: finished points are in {run.output}; "
-                      f"continue with: throughputlab bench --resume -o {run.output}", highlight=False)
+        if run.output.exists():
+            console.print(f"\ninterrupted: finished points are in {run.output}; "
+                          f"continue with: throughputlab bench --resume -o {shlex.quote(str(run.output))}",
+                          highlight=False, soft_wrap=True)
+        else:
+            console.print("\ninterrupted before the first point: no profile written", highlight=False)
         raise SystemExit(130)
     print_summary(console, profile)
     if ranks is not None:
