@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+
+import pytest
+
 from throughputlab.fit import fit_profile, summary_lines
 from throughputlab.hardware.probe import microbench
 from throughputlab.profile import MicroBench
@@ -35,3 +39,26 @@ def test_fit_summary_sets_bandwidth_against_copy_and_matrix_vector():
     line = next(x for x in summary_lines(fit_profile(prof)) if "BW vs microbench" in x)
     assert "matrix-vector" not in line
 
+
+
+def test_the_probe_hands_back_what_its_benchmarks_freed_under_tcmalloc():
+    """A caching allocator keeps the micro-benchmarks' freed buffers (about 500 MiB here); the
+    first point's peak RSS would count them unless the probe releases them."""
+    import subprocess
+    import sys
+
+    from throughputlab.commands.allocator import find_library
+
+    lib = find_library()
+    if lib is None or "tcmalloc" not in lib:
+        pytest.skip("no tcmalloc on this machine (apt install libtcmalloc-minimal4)")
+    code = (
+        "import re, torch\n"
+        "from throughputlab.hardware.probe import probe\n"
+        "rss = lambda: int(re.search(r'VmRSS:\\s+(\\d+)', open('/proc/self/status').read()).group(1)) * 1024\n"
+        "before = rss(); probe('cpu', 'float32'); print(rss() - before)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "LD_PRELOAD": lib})
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout.split()[-1]) < 128 * 2 ** 20, r.stdout
