@@ -67,12 +67,22 @@ def test_hardware_describes_cpu_and_measures():
     (["bench", "--batch-sizes", "2,-1"], ["--batch-sizes", "positive"]),
     (["bench", "-o", "/proc/version/x.json"], ["not writable"]),
     (["bench", "--only", "gen", "--backend", "openai", "--model", "tiny", "-o", "OUT"], ["--url"]),
+    (["bench", "--contexts", "32,64", "--prompt-len", "100"], ["--contexts replaces --prompt-len", "add 100"]),
+    (["bench", "--seq-lens", "64,128", "--seq-len", "32"], ["--seq-lens replaces --seq-len", "add 32"]),
     (["export", "/nonexistent.json"], ["does not exist"]),
     (["nosuchcommand"], ["no such command"]),
 ])
 def test_bad_input_is_one_line_exit_2(args, fragments, tmp_path):
     args = [str(tmp_path / "o.json") if a == "OUT" else a for a in args]
     assert_user_error(run_cli(*args, cwd=tmp_path), *fragments)
+
+
+def test_a_phase_skipped_by_only_notes_its_unused_flags(tmp_path):
+    r = run_cli("bench", "-m", "tiny", "--only", "gen", "-b", "1,2", "--seq-len", "32", "--print-spec", cwd=tmp_path)
+    assert r.returncode == 0 and "note: --batch-sizes, --seq-len not used: --only gen skips the training sweep" \
+        in r.stderr
+    r = run_cli("bench", "-m", "tiny", "--contexts", "32,64", "--prompt-len", "64", "--print-spec", cwd=tmp_path)
+    assert r.returncode == 0 and "note:" not in r.stderr and "contexts: [32, 64]" in r.stdout
 
 
 def test_missing_model_folder_weights(tmp_path):

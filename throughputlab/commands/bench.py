@@ -192,6 +192,7 @@ def bench(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, .
              if ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)}
     if "engine_args" in given:
         given["engine_args"] = parse_engine_args(given["engine_args"])
+    _refuse_ignored(given, flag_names)
     layers = [specs.read_spec_file(spec_file)] if spec_file is not None else []
     layers.append(specs.as_layer("options", {SPEC_FLAGS[n]: v for n, v in given.items()},
                                  {SPEC_FLAGS[n]: flag_names[n] for n in given}))
@@ -282,6 +283,23 @@ def bench(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, .
 
         write_report([profile], report_path)
         console.print(f"report written to {report_path}", highlight=False)
+
+
+_PHASE_ONLY = {"generation": "train", "training": "gen"}
+
+
+def _refuse_ignored(given: dict, flag_names: dict) -> None:
+    """Flags that another flag would drop without a word: a length missing from the axis that
+    replaces it is refused; a phase's flags beside --only for the other phase are noted."""
+    for axis, one in (("contexts", "prompt_len"), ("seq_lens", "seq_len")):
+        if axis in given and one in given and given[one] not in given[axis]:
+            raise UserError(f"{flag_names[axis]} replaces {flag_names[one]}, and {given[one]} is not in the list: "
+                            f"give one, or add {given[one]} to {flag_names[axis]}")
+    only = given.get("only")
+    for section, skipping in _PHASE_ONLY.items():
+        flags = sorted(flag_names[n] for n in given if SPEC_FLAGS[n].startswith(section + "."))
+        if only == skipping and flags:
+            click.echo(f"note: {', '.join(flags)} not used: --only {skipping} skips the {section} sweep", err=True)
 
 
 def _world_sizes(spec, sizes: list[int], run, activation_checkpointing: bool, collectives: bool) -> None:
