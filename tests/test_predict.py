@@ -73,6 +73,29 @@ def test_fitted_prediction_at_unmeasured_concurrency():
         predict_from_profile(prof, concurrency=[0])
 
 
+def test_a_fitted_prediction_says_where_it_leaves_the_measured_range():
+    prof = make_profile(concurrencies=(1, 2, 4, 8), micro_batches=(1, 2, 4), noise=0.005)
+    inside = load_fit(predict_from_profile(prof, concurrency=[3, 8], micro_batches=[3]))
+    assert not inside.assumptions
+    limit = prof.model.max_position_embeddings
+    out = load_fit(predict_from_profile(prof, concurrency=[3, 64], micro_batches=[16], prompt_len=limit,
+                                        output_len=32, seq_len=2 * limit))
+    said = " | ".join(out.assumptions)
+    assert f"past demo's max_position_embeddings ({limit}): the model cannot run it" in said
+    assert f"sequence length {2 * limit} is past" in said
+    assert ("extrapolated past what the profile measured: concurrency above 8, prompt + output above 96 tokens, "
+            "micro-batch above 4, sequence length above 128") in said
+
+
+def test_a_context_grid_is_predicted_at_its_longest_measured_context_by_default():
+    short = make_profile(concurrencies=(1, 2, 4), prompt_len=64, micro_batches=())
+    long = make_profile(concurrencies=(1, 2, 4), prompt_len=512, micro_batches=())
+    grid = long.model_copy(update={"generation": short.generation + long.generation,
+                                   "settings": long.settings.model_copy(update={"prompt_len": 64})})
+    assert predict_from_profile(grid, concurrency=[2]).settings.prompt_len == 512
+    assert predict_from_profile(grid, concurrency=[2], prompt_len=100).settings.prompt_len == 100
+
+
 def test_calibration_carries_measured_efficiencies():
     prof = make_profile(concurrencies=(1, 2, 4, 8, 16, 32, 64), micro_batches=(1, 2, 4), noise=0.005)
     eff = calibration_from(prof)

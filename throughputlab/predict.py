@@ -283,9 +283,12 @@ def predict_from_profile(profile: Profile, *, concurrency: Sequence[int] = (), p
     """The fitted model of ``profile`` evaluated at points that were not measured."""
     fit = _fit_of(profile)
     st = profile.settings
-    prompt_len = prompt_len or st.prompt_len
+    gen_ok = [p for p in profile.generation if p.status == "ok"]
+    train_ok = [p for p in profile.training if p.status == "ok"]
+    # a grid's defaults: its longest measured length (the single length of the settings may not be measured)
+    prompt_len = prompt_len or max((p.prompt_len for p in gen_ok), default=st.prompt_len)
     output_len = output_len or st.output_len
-    seq_len = seq_len or st.seq_len
+    seq_len = seq_len or max((p.seq_len for p in train_ok), default=st.seq_len)
     _check_lists(concurrency, micro_batches, prompt_len, output_len, seq_len)
     gen, train = _predicted_points(fit.model, concurrency, prompt_len, output_len, micro_batches, seq_len)
     settings = st.model_copy(update={"prompt_len": prompt_len, "output_len": output_len, "seq_len": seq_len})
@@ -294,7 +297,37 @@ def predict_from_profile(profile: Profile, *, concurrency: Sequence[int] = (), p
     out = Profile(kind="predicted", model=profile.model, hardware=profile.hardware, environment=_environment(),
                   settings=settings, engine=profile.engine, generation=gen, training=train, notes=notes)
     # the stored fit keeps its parameters and held-out errors; utilisation is of the predicted points
-    out.fit = fit.model_copy(update={"utilisation": utilisation(out, fit.model.costs, fit.peaks)}).model_dump(mode="json")
+    beyond = _beyond_measured(profile, gen_ok, train_ok, gen, train, prompt_len, output_len, seq_len)
+    out.fit = fit.model_copy(update={"utilisation": utilisation(out, fit.model.costs, fit.peaks),
+                                     "assumptions": fit.assumptions + beyond}).model_dump(mode="json")
+    return out
+
+
+def _beyond_measured(profile: Profile, gen_ok, train_ok, gen, train, prompt_len: int, output_len: int,
+                     seq_len: int) -> list[str]:
+    """Where a prediction leaves what the profile measured, and lengths the model cannot run."""
+    out = []
+    limit = profile.model.max_position_embeddings
+    if gen and limit and prompt_len + output_len > limit:
+        out.append(f"prompt {prompt_len} + output {output_len} is past {profile.model.name}'s max_position_embeddings "
+                   f"({limit}): the model cannot run it")
+    if train and limit and seq_len > limit:
+        out.append(f"sequence length {seq_len} is past {profile.model.name}'s max_position_embeddings ({limit})")
+    past = []
+    if gen and gen_ok:
+        c_max, ctx_max = max(p.concurrency for p in gen_ok), max(p.prompt_len + p.output_len for p in gen_ok)
+        if max(p.concurrency for p in gen) > c_max:
+            past.append(f"concurrency above {c_max}")
+        if prompt_len + output_len > ctx_max:
+            past.append(f"prompt + output above {ctx_max} tokens")
+    if train and train_ok:
+        b_max, s_max = max(p.micro_batch for p in train_ok), max(p.seq_len for p in train_ok)
+        if max(p.micro_batch for p in train) > b_max:
+            past.append(f"micro-batch above {b_max}")
+        if seq_len > s_max:
+            past.append(f"sequence length above {s_max} (the memory line too)")
+    if past:
+        out.append("extrapolated past what the profile measured: " + ", ".join(past))
     return out
 
 
