@@ -104,3 +104,19 @@ def test_a_model_that_fits_no_placement_is_refused(tmp_path):
     path = tmp_path / "big.json"
     predict_analytic(resolve_model("qwen2.5-72b").spec, "l4").save(path)
     assert_user_error(run_cli("decide", "--profile", str(path), "--prompts", "64"), "fits no colocated placement")
+
+
+def test_responses_past_the_models_length_are_said(tmp_path):
+    demo = resolve_model("demo").spec
+    path = tmp_path / "demo.json"
+    predict_analytic(demo, "h100").save(path)
+    limit = demo.max_position_embeddings
+
+    def notes(response_len):
+        spec = DecideSpec.model_validate({"profile": str(path), "prompts": [16], "group": 4, "shape": {
+            "prompt_len": 512, "response": {"dist": f"fixed:len={response_len}"}}})
+        return " ".join(decide_from_spec(spec)[0].notes)
+
+    assert "max_position_embeddings" not in notes(limit - 512)
+    assert f"prompt 512 + longest response {limit} = {limit + 512} tokens is past demo's " \
+           f"max_position_embeddings ({limit})" in notes(limit)

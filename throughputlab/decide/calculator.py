@@ -221,6 +221,12 @@ def decide_from_spec(spec: DecideSpec, adjust_step=None) -> list[Decision]:
                         "train.activation_checkpointing")
     decisions = sorted(decisions, key=best_time)
     decisions[0].notes.extend(left_out)
+    limit = prof.model.max_position_embeddings
+    if limit and seq > limit:
+        decisions[0].notes.append(
+            f"prompt {spec.shape.prompt_len} + longest response {seq - spec.shape.prompt_len} = {seq} tokens is past "
+            f"{prof.model.name}'s max_position_embeddings ({limit}): the model cannot generate that long, and these "
+            "figures extrapolate; shorten --prompt-len or the response lengths")
     return decisions
 
 
