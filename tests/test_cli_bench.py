@@ -354,6 +354,25 @@ def test_resume_refuses_a_changed_prompt_length(tmp_path):
     assert out.read_text() == before  # nothing added at another length
 
 
+def test_resume_with_more_rounds_adds_samples_to_every_stored_point(tmp_path):
+    """`--resume --rounds N` gives each stored point the rounds it lacks: its earlier samples are
+    kept, and the first visit of a process that measured nothing new warms up first."""
+    out = tmp_path / "p.json"
+    one = ["--max-remeasure", "0"]  # no extra rounds for noisy tiny points: the counts are exact
+    assert run_cli("bench", *FAST, "-c", "1,2", "-b", "1", *one, "-o", str(out)).returncode == 0
+    first = Profile.load(out)
+    r = run_cli("bench", "--resume", "--rounds", "3", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    grown = Profile.load(out)
+    assert grown.spec.measurement.rounds == 3
+    for before, after in zip(first.generation + first.training, grown.generation + grown.training):
+        assert (before.rounds, after.rounds) == (1, 3)
+        assert after.samples[:2] == before.samples and len(after.samples) == 6
+    assert grown.generation[0].warmup_runs == first.generation[0].warmup_runs + 1  # the cold first visit
+    assert grown.generation[1].warmup_runs == first.generation[1].warmup_runs
+    assert_user_error(run_cli("bench", "--resume", "--rounds", "2", "-o", str(out)), "measurement.rounds")
+
+
 def test_resume_extends_the_measured_axes_without_measuring_again(tmp_path):
     """A -c, --contexts or -b list that keeps every stored value adds the others: the new points are
     measured, the stored ones keep their samples, and the spec lists the grown axes."""

@@ -103,6 +103,11 @@ def test_resume_may_grow_the_measured_axes_only():
                          "generation.prompt_len=128"], "generation.prompt_len")):
         refused, extended = grown(*items)
         assert key in refused and key not in extended
+    # more rounds add samples to every stored point; fewer are refused
+    same = ["generation.concurrency=[1,4]", "training.micro_batches=[1,2]"]
+    assert grown(*same, "measurement.rounds=5") == ({}, {"measurement.rounds": [4, 5]})
+    refused, extended = grown(*same, "measurement.rounds=2")
+    assert "measurement.rounds" in refused and not extended
 
 
 def test_every_profile_under_reports_still_loads():

@@ -345,7 +345,8 @@ GRID_AXES = {
 def resume_differences(old: BenchSpec, new: BenchSpec) -> tuple[dict[str, tuple], dict[str, list[int]]]:
     """(what a resumed run may not change, the axes it extends). An axis is extended when the new
     list keeps every value the old one measured (``auto`` sweeps are not lists and never extend);
-    the second dict maps its key to the added values, possibly none (a reordered list)."""
+    the second dict maps its key to the added values, possibly none (a reordered list). More
+    ``measurement.rounds`` extend too: every stored point gets the rounds it lacks."""
     diffs = differences(old, new)
     extended: dict[str, list[int]] = {}
     for key, values in GRID_AXES.items():
@@ -354,6 +355,8 @@ def resume_differences(old: BenchSpec, new: BenchSpec) -> tuple[dict[str, tuple]
         a, b = values(old), values(new)
         if isinstance(a, list) and isinstance(b, list) and set(a) <= set(b):
             extended[key] = sorted(set(b) - set(a))
+    if "measurement.rounds" in diffs and new.measurement.rounds > old.measurement.rounds:  # more samples a point
+        extended["measurement.rounds"] = list(range(old.measurement.rounds + 1, new.measurement.rounds + 1))
     return {k: v for k, v in diffs.items() if k not in extended}, extended
 
 

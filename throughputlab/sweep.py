@@ -237,9 +237,9 @@ def run_generation(profile: Profile, path: Path, backend, values: Optional[list[
                lambda: GenPoint(backend=name, concurrency=c, prompt_len=prompt_len, output_len=output_len,
                                 status="error", layout=layout),
                lambda: backend.run(c, prompt_len, output_len), backend, hygiene, c, "generation", extras),
-           revisit=lambda p, again: revisit_point(p, lambda: backend.run(p.concurrency, prompt_len, output_len),
-                                                  backend, hygiene, p.concurrency, "generation", extras,
-                                                  remeasure=again))
+           revisit=lambda p, again, cold=False: revisit_point(
+               p, lambda: backend.run(p.concurrency, prompt_len, output_len), backend, hygiene, p.concurrency,
+               "generation", extras, remeasure=again, warmup=hygiene.warmup if cold else 0))
 
 
 def run_training(profile: Profile, path: Path, backend, values: Optional[list[int]], *, seq_len: int,
@@ -261,26 +261,27 @@ def run_training(profile: Profile, path: Path, backend, values: Optional[list[in
     _sweep(profile, path, "training", values, hooks, hygiene,
            key=lambda b: ("training", name, b, seq_len), measure=measure,
            # a trainer repeats one micro-batch size: each visit first brings the allocator to this size
-           revisit=lambda p, again: revisit_point(p, lambda: backend.run(p.micro_batch, seq_len), backend, hygiene,
-                                                  p.micro_batch, "training", extras, remeasure=again,
-                                                  warmup=hygiene.warmup if warm_each_visit else 0))
+           revisit=lambda p, again, cold=False: revisit_point(
+               p, lambda: backend.run(p.micro_batch, seq_len), backend, hygiene, p.micro_batch, "training", extras,
+               remeasure=again, warmup=hygiene.warmup if warm_each_visit or cold else 0))
 
 
 def _sweep(profile: Profile, path: Path, kind: str, values: Optional[list[int]], hooks: Hooks,
            hygiene: Measurement, key: Callable[[int], tuple], measure: Callable[[int], Point],
-           revisit: Callable[[Point, bool], None]) -> None:
+           revisit: Callable[..., None]) -> None:
     rounds = max(hygiene.rounds, 1)
     hooks.sweep_started(kind, len(values) * rounds if values is not None else None)
     gen = plan(values, auto_cap=hygiene.auto_cap)
     x = next(gen)
     visited: list[Point] = []  # this sweep's points, in the order of the first round
+    warm = False  # whether the backend has run a point in this process (not so when every point is resumed)
     while True:
         done = profile.find(key(x))
         if done is not None and done.status in ("ok", "oom"):  # --resume: never re-measure a finished point
             point, resumed = done, True
         else:
             hooks.point_started(kind, x)
-            point, resumed = measure(x), False
+            point, resumed, warm = measure(x), False, True
             profile.add_point(point)
             profile.save(path)
         hooks.point_finished(point, resumed)
@@ -290,7 +291,7 @@ def _sweep(profile: Profile, path: Path, kind: str, values: Optional[list[int]],
             x = gen.send(point)
         except StopIteration:
             break
-    _later_rounds(profile, path, kind, visited, rounds, hygiene, hooks, revisit)
+    _later_rounds(profile, path, kind, visited, rounds, hygiene, hooks, revisit, warm)
     if values is not None:  # values past an OOM were not measured: say so in the profile
         measured = {_x(p) for p in (profile.generation if kind == "generation" else profile.training)}
         oom_at = largest_fitting(profile.generation if kind == "generation" else profile.training)
@@ -304,16 +305,19 @@ def _sweep(profile: Profile, path: Path, kind: str, values: Optional[list[int]],
 
 
 def _later_rounds(profile: Profile, path: Path, kind: str, visited: list[Point], rounds: int, hygiene: Measurement,
-                  hooks: Hooks, revisit: Callable[[Point, bool], None]) -> None:
+                  hooks: Hooks, revisit: Callable[..., None], warm: bool = True) -> None:
     """Rounds 2.. over the points of the first round (a resumed point only gets the rounds it
-    lacks), then whole extra rounds while some point's spread is still above ``max_cv``."""
+    lacks: `--resume --rounds N` adds rounds), then whole extra rounds while some point's spread
+    is still above ``max_cv``. ``warm``: the backend already ran a point; if not, the first visit
+    starts with the warm-up runs a first measurement has."""
     for r in range(2, rounds + 1):
         for point in visited:
             if point.rounds >= r:
                 hooks.point_finished(point, True)
                 continue
             hooks.point_started(kind, _x(point))
-            revisit(point, False)
+            revisit(point, False, cold=not warm)
+            warm = True
             profile.save(path)
             hooks.point_finished(point)
     if rounds == 1:
