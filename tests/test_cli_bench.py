@@ -354,6 +354,15 @@ def test_resume_refuses_a_changed_prompt_length(tmp_path):
     assert out.read_text() == before  # nothing added at another length
 
 
+def test_points_of_one_sample_are_noted(tmp_path):
+    out = tmp_path / "p.json"
+    r = run_cli("bench", *FAST, "--only", "train", "-b", "1", "--repeats", "1", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "1 point(s) have one sample" in " ".join(r.stdout.split())
+    r = run_cli("bench", *FAST, "--only", "train", "-b", "1", "-o", str(tmp_path / "two.json"))
+    assert r.returncode == 0 and "one sample" not in r.stdout
+
+
 def test_resume_with_more_rounds_adds_samples_to_every_stored_point(tmp_path):
     """`--resume --rounds N` gives each stored point the rounds it lacks: its earlier samples are
     kept, and the first visit of a process that measured nothing new warms up first."""

@@ -154,3 +154,16 @@ def test_summary_fit_and_report_state_one_largest_micro_batch(measured):
     assert f"  {statement}" in summary_lines(load_fit(p))
     html = render_report([p])
     assert html.count(statement.replace("'", "&#x27;")) >= 2  # summary and fit sections
+
+
+def test_the_environment_table_leaves_out_engine_figures_the_engine_does_not_have():
+    from throughputlab.profile import EngineInfo
+    from throughputlab.report.tables import environment_table
+
+    p = make_profile(concurrencies=(1, 2), micro_batches=())
+    p.engine = EngineInfo(name="hf", version="5.0")
+    row = environment_table(p).set_index(environment_table(p).columns[0]).loc["engine"].iloc[0]
+    assert row == "hf 5.0" and "None" not in row
+    p.engine = EngineInfo(name="vllm", version="0.32", kv_cache_tokens=4096, max_num_seqs=64)
+    row = environment_table(p).set_index(environment_table(p).columns[0]).loc["engine"].iloc[0]
+    assert row == "vllm 0.32; KV cache tokens 4096; max_num_seqs 64"

@@ -71,7 +71,7 @@ def test_interrupt_after_first_point_leaves_nothing_running(tmp_path, stop):
     if stop == "sigkill":
         assert proc.returncode == -signal.SIGKILL, output[-3000:]
     else:
-        assert proc.returncode == 130, output[-3000:]
+        assert proc.returncode == (130 if stop == "ctrl-c" else 143), output[-3000:]  # 128 + SIGINT or SIGTERM
         assert "interrupted" in output and "--resume" in output
 
     assert any("EngineCore" in n for n in seen_names), seen_names  # the engine ran in its own processes

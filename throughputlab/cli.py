@@ -89,8 +89,13 @@ def _terminate_as_interrupt(signum, frame) -> None:
     """SIGTERM (``kill PID``, a scheduler's stop) takes Ctrl-C's path: the engine and its processes
     are shut down and every finished point is saved. A second SIGTERM during that shutdown is
     ignored; SIGKILL still ends the process at once."""
+    global _terminated
+    _terminated = True
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise KeyboardInterrupt
+
+
+_terminated = False  # the interrupt came from SIGTERM: exit 143 (128 + 15), as a process killed by it would
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -103,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(e.exit_code)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
-        sys.exit(130)
+        sys.exit(_interrupted_code())
     except click.UsageError as e:  # one line, not click's usage block
         where = f" (see '{e.ctx.command_path} --help')" if e.ctx is not None else ""
         click.echo(f"error: {e.format_message()}{where}", err=True)
@@ -115,5 +120,11 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
         click.echo("interrupted: every finished point is saved; re-run with --resume to finish", err=True)
-        sys.exit(130)
+        sys.exit(_interrupted_code())
+    except SystemExit as e:
+        sys.exit(_interrupted_code() if e.code == 130 else e.code)
     sys.exit(0)
+
+
+def _interrupted_code() -> int:
+    return 143 if _terminated else 130

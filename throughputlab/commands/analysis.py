@@ -24,10 +24,10 @@ from throughputlab.fit.schema import DEFAULT_BOOTSTRAP, DEFAULT_SEED
 def fit(profile: Path, bootstrap: int, output: Optional[Path], no_save: bool, seed: int) -> None:
     """Fit the decode, prefill and training models of a measured profile and store the fit in it.
 
-    \b
     Prints the parameters with 95% intervals, the knee concurrency, the largest micro-batch
     that fits, utilisation against the datasheet and the micro-benchmarks, and the
-    leave-one-out error at every point.
+    leave-one-out error at every point. Where the knee lies past the sweep, it ends with the
+    `bench --resume` that measures past it.
     """
     from throughputlab.fit import fit_profile, summary_lines
     from throughputlab.profile import Profile

@@ -90,6 +90,11 @@ def print_summary(console, profile) -> None:
         elif largest_fitting(profile.training) is not None:
             console.print(f"largest micro-batch that fits: {largest_fitting(profile.training)} measured "
                           "(larger ones ran out of memory; too few points for a memory line)")
+    single = [p for p in profile.generation + profile.training if p.status == "ok" and len(p.samples) == 1]
+    if single:
+        console.print(f"note: {len(single)} point(s) have one sample, so their spread (cv) is unknown and a noisy "
+                      "one was not measured again; use --repeats 2 or more --rounds (`--resume --rounds 3` "
+                      "adds them)", highlight=False)
 
 
 def print_ranks(console, ranks) -> None:

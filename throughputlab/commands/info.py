@@ -14,7 +14,7 @@ from throughputlab.errors import UserError
 @click.command()
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
 @click.option("--dtype", default="auto", show_default=True, help="dtype of the micro-benchmarks (auto: as bench picks it).")
-@click.option("--no-bench", is_flag=True, help="Skip the copy/matmul micro-benchmarks.")
+@click.option("--no-bench", is_flag=True, help="Skip the copy, matrix-vector and matmul micro-benchmarks.")
 @click.option("--json", "as_json", is_flag=True, help="Print the hardware record as JSON.")
 @click.option("--collectives", "nproc", type=click.IntRange(min=2), default=None, metavar="N",
               help="Also time all-reduce, all-gather and reduce-scatter on N ranks under torch.distributed.run "
@@ -23,8 +23,9 @@ from throughputlab.errors import UserError
               help="Write the hardware record (with the collectives) as JSON here.")
 def hardware(device: str, dtype: str, no_bench: bool, as_json: bool, nproc: Optional[int],
              output: Optional[Path]) -> None:
-    """Describe the device: GPUs through NVML (or the CPU), datasheet peaks, measured copy GB/s and matmul
-    TFLOP/s, and with --collectives N the bus bandwidth of the collectives between N devices."""
+    """Describe the device: GPUs through NVML (or the CPU), datasheet peaks, measured copy and
+    matrix-vector GB/s (the read bandwidth decode and the KV reads see) and matmul TFLOP/s, and with
+    --collectives N the bus bandwidth of the collectives between N devices."""
     from throughputlab.hardware.probe import probe, resolve_device, resolve_dtype
 
     dev = resolve_device(device)

@@ -57,9 +57,11 @@ def summary_lines(result: FitResult) -> list[str]:
             by = "concurrency@context" if grid else "concurrency"
             lines.append(f"  held-out tokens/s error by {by}: {errs} (max {100 * g.loo_max_abs_error:.1f}%)")
         if g.probe_points:
-            cells = ", ".join(f"{p.x}:{1e3 * p.measured_s:.3g}/{1e3 * p.fitted_s:.3g}" for p in g.probe_points)
+            grid = len({p.context_len for p in g.probe_points}) > 1
+            cells = ", ".join(f"{p.x}{f'@{p.context_len:.0f}' if grid else ''}:{1e3 * p.measured_s:.3g}/"
+                              f"{1e3 * p.fitted_s:.3g}" for p in g.probe_points)
             lines.append(f"  overhead probe ({_si(g.probe_weight_bytes, 'B')} of weights), step ms measured/fitted "
-                         f"by concurrency: {cells}")
+                         f"by {'concurrency@context' if grid else 'concurrency'}: {cells}")
     if result.prefill is not None:
         lines.append(f"prefill ({result.prefill.n_points} points, {result.prefill.note}):")
         lines += [_param_line(e) for e in result.prefill.params + result.prefill.combinations]
@@ -101,9 +103,11 @@ def summary_lines(result: FitResult) -> list[str]:
     util = [u for u in result.utilisation if u.phase == "decode" and u.time_s]
     if util:
         ref = "datasheet" if pk.datasheet_bytes_per_s else "microbench"
+        grid = len({u.context_len for u in util}) > 1
         cells = ", ".join(
-            f"{u.x}:{100 * ((u.mbu_datasheet if ref == 'datasheet' else u.mbu_microbench) or 0):.0f}%/"
+            f"{u.x}{f'@{u.context_len:.0f}' if grid else ''}:"
+            f"{100 * ((u.mbu_datasheet if ref == 'datasheet' else u.mbu_microbench) or 0):.0f}%/"
             f"{100 * ((u.mfu_datasheet if ref == 'datasheet' else u.mfu_microbench) or 0):.0f}%" for u in util)
-        lines.append(f"decode MBU/MFU vs {ref} by concurrency: {cells}")
+        lines.append(f"decode MBU/MFU vs {ref} by {'concurrency@context' if grid else 'concurrency'}: {cells}")
     lines += [f"warning: {w}" for w in result.warnings]
     return lines

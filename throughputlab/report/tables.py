@@ -181,8 +181,11 @@ def environment_table(p: Profile) -> pd.DataFrame:
                                          f"matmul {_fmt(mb.matmul_flops_per_s, 'FLOP/s')} ({mb.dtype})"))
     if p.engine:
         e = p.engine
-        rows.append(("engine", f"{e.name} {e.version or ''}; KV cache {e.kv_cache_tokens} tokens; "
-                               f"max concurrency {e.max_concurrency}; max_num_seqs {e.max_num_seqs}"))
+        parts = [f"{e.name} {e.version or ''}".strip()]
+        parts += [f"{label} {value}" for label, value in (
+            ("KV cache tokens", e.kv_cache_tokens), ("max concurrency", e.max_concurrency),
+            ("max_num_seqs", e.max_num_seqs)) if value is not None]
+        rows.append(("engine", "; ".join(parts)))
     rows += [("python", env.python), ("platform", env.platform), ("host", env.hostname),
              ("git", env.git_hash or ""), ("torch threads", str(env.torch_threads or "")),
              ("packages", ", ".join(f"{k} {v}" for k, v in sorted(env.packages.items()))),
