@@ -96,7 +96,7 @@ def test_missing_model_folder_weights(tmp_path):
 def test_broken_profiles_are_one_line_errors(tmp_path):
     trunc = tmp_path / "t.json"
     trunc.write_text('{"schema_version": 1, "kind": "meas')
-    assert_user_error(run_cli("export", str(trunc)), "not valid JSON")
+    assert_user_error(run_cli("export", str(trunc)), "not valid JSON", "bench --force -o")
     old = tmp_path / "old.json"
     old.write_text(json.dumps({"schema_version": 0}))
     assert_user_error(run_cli("export", str(old)), "schema_version 0")

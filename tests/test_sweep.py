@@ -80,6 +80,20 @@ def test_auto_stops_when_throughput_saturates(tmp_path):
     assert all(p.status == "ok" for p in prof.training)
 
 
+def test_auto_says_when_it_stops_at_the_cap_not_at_saturation(tmp_path, caplog):
+    prof = new_profile()
+    with caplog.at_level("WARNING"):
+        run_training(prof, tmp_path / "p.json", ScriptedTrain(lambda b: 100.0 * b), None, seq_len=10,
+                     hygiene=H.model_copy(update={"auto_cap": 8}))
+    assert [p.micro_batch for p in prof.training] == [1, 2, 4, 8]
+    assert "stopped at 8, the cap (--auto-cap 8), with tokens/s still growing" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        run_training(new_profile(), tmp_path / "q.json", ScriptedTrain(lambda b: 100.0 * min(b, 8)), None,
+                     seq_len=10, hygiene=H)
+    assert "auto-cap" not in caplog.text
+
+
 def test_oom_is_recorded_and_bisected_to_largest_fit(tmp_path):
     backend = ScriptedTrain(lambda b: 100.0 * b, oom_above=5)
     prof = new_profile()

@@ -362,8 +362,9 @@ class Profile(Strict):
         try:
             raw = json.loads(text)
         except ValueError as e:
-            raise UserError(f"profile {path} is not valid JSON ({e.msg} at line {e.lineno}); "
-                            "it may be truncated: re-run the sweep with --resume") from None
+            raise UserError(f"profile {path} is not valid JSON ({e.msg} at line {e.lineno}): it was cut short or "
+                            "edited (bench writes it whole each time); restore a copy, or measure again with "
+                            f"`throughputlab bench --force -o {path}`") from None
         if not isinstance(raw, dict):
             raise UserError(f"profile {path} is not a throughputlab profile (expected a JSON object)")
         version = raw.get("schema_version")

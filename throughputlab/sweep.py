@@ -81,7 +81,11 @@ def plan(values: Optional[Iterable[int]], *, auto_cap: int = 1024, min_gain: flo
             continue
         # auto: stop when throughput stops growing, or at the cap
         tps = point.tokens_per_s if point.status == "ok" else None
-        if tps is None or (best_tps is not None and tps < best_tps * (1 + min_gain)) or x * 2 > auto_cap:
+        if tps is None or (best_tps is not None and tps < best_tps * (1 + min_gain)):
+            return
+        if x * 2 > auto_cap:
+            log.warning("the auto sweep stopped at %d, the cap (--auto-cap %d), with tokens/s still growing: "
+                        "raise --auto-cap to measure further", x, auto_cap)
             return
         best_tps = tps
         x *= 2
