@@ -167,3 +167,20 @@ def test_the_environment_table_leaves_out_engine_figures_the_engine_does_not_hav
     p.engine = EngineInfo(name="vllm", version="0.32", kv_cache_tokens=4096, max_num_seqs=64)
     row = environment_table(p).set_index(environment_table(p).columns[0]).loc["engine"].iloc[0]
     assert row == "vllm 0.32; KV cache tokens 4096; max_num_seqs 64"
+
+
+def test_profiles_of_one_label_are_told_apart_by_their_files(tmp_path):
+    from throughputlab.report.profile_report import tell_apart
+    from throughputlab.report.figures import profile_label
+
+    a, b = make_profile(concurrencies=(1, 2, 4), micro_batches=()), make_profile(concurrencies=(1, 4, 8), micro_batches=())
+    other = make_profile(concurrencies=(1, 2), micro_batches=(), model="tiny")
+    for p in (a, b):
+        p.fit = fit_profile(p, bootstrap=0).model_dump(mode="json")
+    same = [profile_label(p) for p in (a, b)]
+    assert same[0] == same[1]
+    told = tell_apart([a, b, other], [tmp_path / "monday.json", tmp_path / "tuesday.json", tmp_path / "t.json"])
+    labels = [profile_label(p) for p in told]
+    assert "[monday]" in labels[0] and "[tuesday]" in labels[1] and labels[2] == profile_label(other)
+    html = render_report(told[:2])
+    assert "demo [monday]" in html and "demo [tuesday]" in html

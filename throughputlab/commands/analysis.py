@@ -179,10 +179,10 @@ def predict(profile_path, model, gpu, dtype, calibrate, concurrency, prompt_len,
 def report(profiles: tuple[Path, ...], output: Path, title: Optional[str]) -> None:
     """One offline HTML report of one or more profiles (overlaid: two GPUs, two models, vllm against hf)."""
     from throughputlab.profile import Profile
-    from throughputlab.report.profile_report import render_report
+    from throughputlab.report.profile_report import render_report, tell_apart
 
     check_writable(output, "--output")
-    loaded = [Profile.load(p) for p in profiles]
+    loaded = tell_apart([Profile.load(p) for p in profiles], profiles)
     html = render_report(loaded, title=title)
     try:
         output.write_text(html, encoding="utf-8")

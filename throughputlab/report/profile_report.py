@@ -116,6 +116,20 @@ def build_sections(profiles: Sequence[Profile]) -> list[Section]:
     return sections
 
 
+def tell_apart(profiles: Sequence[Profile], paths: Sequence) -> list[Profile]:
+    """Profiles whose labels would be the same (one model, device and backend measured twice) get
+    their file's name beside the model's, so an overlay's curves and tables can be told apart."""
+    labels = [profile_label(p) for p in profiles]
+    stems = [Path(x).stem for x in paths]
+    out = []
+    for p, label, path, stem in zip(profiles, labels, paths, stems):
+        if labels.count(label) > 1:
+            tag = stem if stems.count(stem) == 1 else str(path)
+            p = p.model_copy(update={"model": p.model.model_copy(update={"name": f"{p.model.name} [{tag}]"})})
+        out.append(p)
+    return out
+
+
 def render_report(profiles: Sequence[Profile], title: Optional[str] = None) -> str:
     labels = [profile_label(p) for p in profiles]
     title = title or ("throughputlab report: " + ("; ".join(labels) if len(labels) <= 3 else f"{len(labels)} profiles"))
