@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -346,4 +347,7 @@ def _world_sizes(spec, sizes: list[int], run, activation_checkpointing: bool, co
 def _console():
     from rich.console import Console
 
-    return Console(stderr=False, highlight=False)
+    console = Console(stderr=False, highlight=False)
+    if not console.is_terminal and "COLUMNS" not in os.environ:  # a pipe or a log: room for whole headers
+        console.width = 140
+    return console
