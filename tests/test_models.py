@@ -87,3 +87,13 @@ def test_unreachable_hub_id_is_one_line(monkeypatch):
     with pytest.raises(UserError) as e:
         resolve_model("some-org/some-model-that-is-not-cached")
     assert "hub" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_hub_id_without_a_reachable_hub_fails_at_once(monkeypatch):
+    import throughputlab.models as models
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "https://hub.invalid")
+    monkeypatch.setattr(models, "_resolves", lambda host: host != "hub.invalid")
+    with pytest.raises(UserError, match=r"not in the local Hugging Face cache, and the hub \(hub.invalid\) cannot"):
+        resolve_model("no-such-org/no-such-model")

@@ -6,10 +6,12 @@ import difflib
 import json
 import os
 import re
+import socket
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, Optional
+from urllib.parse import urlparse
 
 from throughputlab.errors import UserError
 from throughputlab.models.spec import ModelSpec, spec_from_config
@@ -88,13 +90,36 @@ def _from_folder(path: str, random_weights: bool, trust_remote_code: bool) -> Re
     return ResolvedModel(spec, cfg, "folder", str(Path(path).resolve()), random_weights, trust_remote_code)
 
 
+def hub_host() -> str:
+    return urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co").hostname or "huggingface.co"
+
+
+def _resolves(host: str) -> bool:
+    try:
+        socket.getaddrinfo(host, 443)
+        return True
+    except OSError:
+        return False
+
+
 def _from_hub(model_id: str, random_weights: bool, trust_remote_code: bool) -> ResolvedModel:
     try:
         from transformers import AutoConfig
     except ImportError:
         raise UserError("reading a hub id needs transformers: pip install transformers") from None
     try:
-        cfg = AutoConfig.from_pretrained(model_id, trust_remote_code=trust_remote_code).to_dict()
+        cfg = AutoConfig.from_pretrained(model_id, trust_remote_code=trust_remote_code, local_files_only=True).to_dict()
+    except Exception:  # not in the cache: the hub, if it can be reached at all
+        cfg = None
+    if cfg is None and not os.environ.get("HF_HUB_OFFLINE"):
+        host = hub_host()
+        if not _resolves(host):  # no name service for the hub: fail now, not after the client's retries
+            raise UserError(f"--model {model_id}: not in the local Hugging Face cache, and the hub ({host}) cannot "
+                            "be reached from this machine; use a preset (`throughputlab models`) or a local folder "
+                            "with config.json")
+    try:
+        if cfg is None:
+            cfg = AutoConfig.from_pretrained(model_id, trust_remote_code=trust_remote_code).to_dict()
     except Exception as e:  # transformers raises OSError, ValueError, HTTP errors... all mean "not reachable/not found"
         first = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
         raise UserError(f"--model {model_id}: could not fetch its config from the hub ({first}); "
