@@ -482,19 +482,21 @@ def test_context_and_sequence_length_axes_measure_every_pair_and_skip_what_canno
     micro-batch at each sequence length; the context past the model's 2,048 positions is skipped."""
     out = tmp_path / "axes.json"
     fast = [a for a in FAST if a not in ("--prompt-len", "8", "--seq-len", "16")]
-    r = run_cli("bench", *fast, "-c", "1,2", "-b", "1", "--contexts", "8,32,5000", "--seq-lens", "16,32",
+    r = run_cli("bench", *fast, "-c", "1,2", "-b", "1", "--contexts", "8,32,5000", "--seq-lens", "16,32,4096",
                 "-o", str(out))
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "skipped: not run: sequence length 4096 exceeds the model's max_position_embeddings 2048" in r.stdout
     prof = Profile.load(out)
     got = {(p.prompt_len, p.concurrency): p.status for p in prof.generation}
     assert got == {(8, 1): "ok", (8, 2): "ok", (32, 1): "ok", (32, 2): "ok", (5000, 1): "skipped",
                    (5000, 2): "skipped"}
     skipped = [p for p in prof.generation if p.status == "skipped"]
     assert all("max_position_embeddings 2048" in p.error for p in skipped)
-    assert {(p.seq_len, p.micro_batch): p.status for p in prof.training} == {(16, 1): "ok", (32, 1): "ok"}
+    assert {(p.seq_len, p.micro_batch): p.status for p in prof.training} == {(16, 1): "ok", (32, 1): "ok",
+                                                                             (4096, 1): "skipped"}
     # decode reads a longer KV cache at the longer context: its points say so in their own prompt length
     assert all(p.layout is not None and p.layout.world_size == 1 for p in prof.generation + prof.training)
-    assert prof.spec.generation.contexts == [8, 32, 5000] and prof.spec.training.seq_lens == [16, 32]
+    assert prof.spec.generation.contexts == [8, 32, 5000] and prof.spec.training.seq_lens == [16, 32, 4096]
     assert "prompts 8,32,5000" in " ".join(r.stdout.split())
     # a resumed run measures nothing again and refuses another context list
     again = run_cli("bench", "--resume", "-o", str(out))

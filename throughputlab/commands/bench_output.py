@@ -80,6 +80,8 @@ def print_summary(console, profile) -> None:
             t.add_row(*first, str(p.micro_batch), p.status, _f(p.tokens_per_s, "{:,.1f}"), _f(p.step_s, "{:.1f}", 1e3),
                       _f(p.cv, "{:.1f}", 100), _f(p.peak_mem_bytes, "{:.2f}", 2**-30))
         console.print(t)
+        for why in sorted({p.error for p in profile.training if p.status == "skipped" and p.error}):
+            console.print(f"skipped: {why}", highlight=False)
         from throughputlab.fit.schema import memory_statement
         from throughputlab.fit.training import fit_memory
         from throughputlab.sweep import largest_fitting

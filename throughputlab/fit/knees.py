@@ -70,7 +70,8 @@ def knee_range_statement(model: ThroughputModel, s: float, bw_lo: float, bw_hi: 
     to ``bw_hi`` (the memory's measured bandwidth, None without one; the lowest knee)."""
     (lo, hi), (lo_bw, hi_bw) = _range_ends(model, bw_lo, bw_hi, lambda m: m.knee(s))
     fitted = model.knee(s)
-    upper = f" to {hi_bw / 1e9:.3g} GB/s (what the probe measured the memory can do)" if hi_bw is not None else ""
+    upper = (f" to {hi_bw / 1e9:.3g} GB/s (the higher of the probe's copy and matrix-vector figures)"
+             if hi_bw is not None else "")
     note = (f"knee not identified, as BW is not: {_between(lo, hi)} (context {s:.0f}), for BW from "
             f"{lo_bw / 1e9:.3g} GB/s (t0 + W/BW all weight reads){upper}; the fitted BW puts it at "
             + (f"{fitted:.3g}" if fitted is not None else "no concurrency (memory-bound throughout)"))
