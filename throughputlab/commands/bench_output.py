@@ -87,7 +87,10 @@ def print_summary(console, profile) -> None:
         from throughputlab.sweep import largest_fitting
 
         mem = fit_memory(profile)  # the same statement `fit` and `report` print
-        if mem is not None:
+        if mem is not None and mem.activation_form is not None:  # a line per measured sequence length
+            for seq in seqs:
+                console.print(memory_statement(mem, seq))
+        elif mem is not None:
             console.print(memory_statement(mem))
         elif largest_fitting(profile.training) is not None:
             console.print(f"largest micro-batch that fits: {largest_fitting(profile.training)} measured "
