@@ -24,12 +24,15 @@ class RichHooks:
 
     def sweep_started(self, kind, total):
         self.task = self.progress.add_task(kind, total=total, last="")
+        self.length = ""  # the sweep's prompt or sequence length, once a point has said it (a grid runs several)
 
     def point_started(self, kind, x):
         label = "concurrency" if kind == "generation" else "micro-batch"
-        self.progress.update(self.task, description=f"{kind}: {label} {x}")
+        self.progress.update(self.task, description=f"{kind}{self.length}: {label} {x}")
 
     def point_finished(self, point, resumed=False):
+        prompt = getattr(point, "prompt_len", None)
+        self.length = f", prompt {prompt}" if prompt else f", seq {point.seq_len}"
         x = getattr(point, "concurrency", None) or getattr(point, "micro_batch", None)
         tps = point.tokens_per_s
         tag = " (resumed)" if resumed else ""
@@ -39,7 +42,7 @@ class RichHooks:
     def sweep_finished(self, kind):
         if self.task is not None:
             t = self.progress.tasks[self.task]
-            self.progress.update(self.task, total=t.completed, description=f"{kind}: done")
+            self.progress.update(self.task, total=t.completed, description=f"{kind}{self.length}: done")
 
 
 def print_summary(console, profile) -> None:
