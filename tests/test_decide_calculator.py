@@ -232,3 +232,20 @@ def test_fit_records_the_most_cached_tokens_a_measured_step_read():
     ok = [p for p in prof.generation if p.status == "ok"]
     assert r.model.decode.measured_cached_tokens == pytest.approx(
         max(p.concurrency * (p.prompt_len + p.output_len / 2) for p in ok))
+
+
+def test_a_profile_whose_compute_rate_is_a_floor_is_said_to_favour_small_batches(tmp_path):
+    from _synth import make_profile
+    from throughputlab.decide.calculator import decide_from_spec
+
+    probe = {"hidden_size": 64, "intermediate_size": 64}  # the overhead probe: BW identified, PHI a floor
+
+    def notes(concurrencies):
+        path = tmp_path / f"p{len(concurrencies)}.json"
+        make_profile(concurrencies=concurrencies, probe=probe, noise=0.005).save(path)
+        spec = DecideSpec.model_validate({"profile": str(path), "prompts": [2, 8], "group": 2, "shape": {
+            "prompt_len": 64, "response": {"dist": "fixed:len=32"}}, "samples": {"nstar": "flat"}, "lr": {"ref": 1e-6}})
+        return " ".join(decide_from_spec(spec)[0].notes)
+
+    assert "(up to 4) was memory-bound, so its compute rate is only a floor" in notes((1, 2, 4))
+    assert "only a floor" not in notes((1, 2, 4, 8, 16, 32, 64))

@@ -173,20 +173,32 @@ def rank(rows: list[Row], baseline_index: int = 0, notes: Optional[list[str]] = 
     return rows, rec, notes
 
 
+def _profile_notes(prof, fit) -> list[str]:
+    """What the profile's fit leaves open that bends the decision."""
+    phi = next((e for e in fit.generation.params if e.name == "phi_flops_per_s"), None) if fit.generation else None
+    if phi is None or phi.identified or "only bounded from below" not in (phi.note or ""):
+        return []
+    c_top = max(p.concurrency for p in prof.generation if p.status == "ok")
+    return [f"every concurrency the profile measured (up to {c_top}) was memory-bound, so its compute rate is only a "
+            "floor: generation at higher concurrency is predicted no faster than that floor allows, which favours "
+            "smaller batches; measure past the knee (`throughputlab fit` prints the command)"]
+
+
 def decide_from_spec(spec: DecideSpec, adjust_step=None) -> list[Decision]:
     """Load the profile(s) named in the spec, fit them if needed, and decide for each placement of
     the cluster (one, or every one that fits with ``placement: search``), best first.
     ``adjust_step(step_model, step_time) -> StepTime``, when given, sees (and may rescale) every
     step time before it is ranked (decide/against.py: calibration from a run log)."""
     from throughputlab import roofline as rf
-    from throughputlab.fit import load_model
+    from throughputlab.fit import fit_profile, load_fit, load_model
     from throughputlab.profile import Profile
 
     if not spec.profile:
         raise UserError("no profile: give --profile PROFILE.json (measured by `throughputlab bench` "
                         "or predicted by `throughputlab predict`)")
     prof = Profile.load(spec.profile)
-    model = load_model(prof)
+    fit = load_fit(prof) or fit_profile(prof, bootstrap=0)
+    model = fit.model
     train_model = load_model(Profile.load(spec.train_profile)) if spec.train_profile else None
     block = spec.shape.engine.block_size
     if block is None and prof.engine is not None:
@@ -197,8 +209,10 @@ def decide_from_spec(spec: DecideSpec, adjust_step=None) -> list[Decision]:
     cluster = spec.cluster
     legacy = cluster is None and (spec.train_profile is not None or spec.shape.overlap != "colocated")
     if legacy:
-        return [decide(spec, model, train_model=train_model, bytes_per_param=prof.bytes_per_param, caps=caps,
-                       adjust_step=adjust_step)]
+        one = decide(spec, model, train_model=train_model, bytes_per_param=prof.bytes_per_param, caps=caps,
+                     adjust_step=adjust_step)
+        one.notes.extend(_profile_notes(prof, fit))
+        return [one]
     cluster = cluster or ClusterSpec()
     if cluster.placement == "colocated" and spec.shape.overlap != "colocated":
         raise UserError(f"--overlap {spec.shape.overlap} needs separate devices: use --placement split")
@@ -221,6 +235,7 @@ def decide_from_spec(spec: DecideSpec, adjust_step=None) -> list[Decision]:
                         "train.activation_checkpointing")
     decisions = sorted(decisions, key=best_time)
     decisions[0].notes.extend(left_out)
+    decisions[0].notes.extend(_profile_notes(prof, fit))
     limit = prof.model.max_position_embeddings
     if limit and seq > limit:
         decisions[0].notes.append(
