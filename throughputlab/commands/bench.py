@@ -193,7 +193,7 @@ def bench(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, .
              if ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)}
     if "engine_args" in given:
         given["engine_args"] = parse_engine_args(given["engine_args"])
-    _refuse_ignored(given, flag_names)
+    unused = _refuse_ignored(given, flag_names)
     layers = [specs.read_spec_file(spec_file)] if spec_file is not None else []
     layers.append(specs.as_layer("options", {SPEC_FLAGS[n]: v for n, v in given.items()},
                                  {SPEC_FLAGS[n]: flag_names[n] for n in given}))
@@ -206,6 +206,8 @@ def bench(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, .
         import yaml
 
         click.echo(yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False, default_flow_style=None), nl=False)
+        for note in unused:  # stdout is the spec file
+            click.echo(note, err=True)
         return
     alloc.maybe_reexec(allocator, spec.device,
                        in_process_only=spec.generation.backend == "hf" or spec.only == "train")
@@ -220,6 +222,8 @@ def bench(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, .
             raise UserError("--world-sizes runs each size on this machine: drop --nproc-per-node and --nnodes")
         if spec.only != "train":
             raise UserError("--world-sizes sweeps the training ranks: add --only train")
+        for note in unused:
+            click.echo(note)
         _world_sizes(spec, world_sizes, run, activation_checkpointing, collectives)
         return
     if nproc_per_node > 1 or nnodes > 1:
@@ -242,6 +246,8 @@ def bench(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, .
     console.print(f"[bold]throughputlab bench[/]: model {spec.model}, profile -> {run.output}"
                   + (f", {layout.world_size} ranks" if layout else "")
                   + (f", {replicas} engine replicas" if replicas > 1 else ""), highlight=False)
+    for note in unused:
+        console.print(note, highlight=False)
     hooks = RichHooks(console)
     try:
         with hooks:
@@ -289,18 +295,21 @@ def bench(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, .
 _PHASE_ONLY = {"generation": "train", "training": "gen"}
 
 
-def _refuse_ignored(given: dict, flag_names: dict) -> None:
+def _refuse_ignored(given: dict, flag_names: dict) -> list[str]:
     """Flags that another flag would drop without a word: a length missing from the axis that
-    replaces it is refused; a phase's flags beside --only for the other phase are noted."""
+    replaces it is refused; a phase's flags beside --only for the other phase are returned as
+    notes (printed with the run's output, once, after the allocator's re-exec)."""
     for axis, one in (("contexts", "prompt_len"), ("seq_lens", "seq_len")):
         if axis in given and one in given and given[one] not in given[axis]:
             raise UserError(f"{flag_names[axis]} replaces {flag_names[one]}, and {given[one]} is not in the list: "
                             f"give one, or add {given[one]} to {flag_names[axis]}")
     only = given.get("only")
+    notes = []
     for section, skipping in _PHASE_ONLY.items():
         flags = sorted(flag_names[n] for n in given if SPEC_FLAGS[n].startswith(section + "."))
         if only == skipping and flags:
-            click.echo(f"note: {', '.join(flags)} not used: --only {skipping} skips the {section} sweep", err=True)
+            notes.append(f"note: {', '.join(flags)} not used: --only {skipping} skips the {section} sweep")
+    return notes
 
 
 def _world_sizes(spec, sizes: list[int], run, activation_checkpointing: bool, collectives: bool) -> None:
