@@ -175,8 +175,9 @@ def rank(rows: list[Row], baseline_index: int = 0, notes: Optional[list[str]] = 
 
 def _profile_notes(prof, fit) -> list[str]:
     """What the profile's fit leaves open that bends the decision."""
-    phi = next((e for e in fit.generation.params if e.name == "phi_flops_per_s"), None) if fit.generation else None
-    if phi is None or phi.identified or "only bounded from below" not in (phi.note or ""):
+    from throughputlab.fit.schema import phi_is_a_floor
+
+    if not phi_is_a_floor(fit.generation):
         return []
     c_top = max(p.concurrency for p in prof.generation if p.status == "ok")
     return [f"every concurrency the profile measured (up to {c_top}) was memory-bound, so its compute rate is only a "

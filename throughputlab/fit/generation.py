@@ -18,7 +18,7 @@ import numpy as np
 from throughputlab import roofline as rf
 from throughputlab.fit import identify
 from throughputlab.fit.forms import SPLIT_CONTEXT_RATIO, attention_note, choose_form
-from throughputlab.fit.schema import GenerationFit, Peaks, PointError, PrefillFit
+from throughputlab.fit.schema import PHI_FLOOR_NOTE, GenerationFit, Peaks, PointError, PrefillFit
 from throughputlab.fit.solver import LSQ, bootstrap, can_bootstrap, estimates, leave_one_out, rms, solve
 from throughputlab.profile import GenPoint
 from throughputlab.roofline import Costs
@@ -363,7 +363,7 @@ def fit_generation(points: list[GenPoint], costs: Costs, peaks: Peaks, warnings:
         notes["smooth_p"] = "at 1: memory and compute time add up (no overlap)"
     mem_bound = [rf.decode_mem_s(costs, o.c, o.s, bw, bm) >= rf.decode_flops(costs, o.c, o.s) / phi for o in obs]
     if all(mem_bound) and target == "decode_step_s":  # end to end, PHI is also seen through the prefill
-        notes["phi_flops_per_s"] = "every point is memory-bound: PHI is only bounded from below"
+        notes["phi_flops_per_s"] = PHI_FLOOR_NOTE
     if not any(mem_bound):
         notes["bw_bytes_per_s"] = "every point is compute-bound: BW is only bounded from below"
     params, combos = identify.decode(

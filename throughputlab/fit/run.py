@@ -10,7 +10,9 @@ from throughputlab.fit.identify import bw_range
 from throughputlab.fit.knees import (
     generation_knee_range_statement, generation_knee_statement, knee_range_statement, knee_statement,
 )
-from throughputlab.fit.schema import DEFAULT_SEED, FitResult, costs_of, engine_devices, peaks_of, probe_costs_of
+from throughputlab.fit.schema import (
+    DEFAULT_SEED, FitResult, costs_of, engine_devices, peaks_of, phi_is_a_floor, probe_costs_of,
+)
 from throughputlab.fit.training import fit_training
 from throughputlab.fit.mbu import utilisation
 from throughputlab.profile import Profile, now_iso
@@ -55,9 +57,8 @@ def fit_profile(profile: Profile, *, bootstrap: int = 0, seed: int = DEFAULT_SEE
     )
     if gen is not None:
         c_top = max(p.concurrency for p in gen_pts)
-        phi = next(e for e in gen.params if e.name == "phi_flops_per_s")
-        floor = not phi.identified and "only bounded from below" in (phi.note or "")
-        gen.knee_concurrency, gen.knee_note = knee_statement(model, gen.context_len, c_top, phi_floor=floor)
+        gen.knee_concurrency, gen.knee_note = knee_statement(model, gen.context_len, c_top,
+                                                             phi_floor=phi_is_a_floor(gen))
         ref = max(gen_pts, key=lambda p: p.concurrency)
         gen.generation_knee_concurrency, gen.generation_knee_note = generation_knee_statement(
             model, ref.prompt_len, ref.output_len, c_top)

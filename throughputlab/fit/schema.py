@@ -234,6 +234,16 @@ def peaks_of(profile: Profile) -> Peaks:
     )
 
 
+PHI_FLOOR_NOTE = "every point is memory-bound: PHI is only bounded from below"
+
+
+def phi_is_a_floor(gen: Optional[GenerationFit]) -> bool:
+    """Whether the decode fit's PHI is only bounded from below, not identified: every measured
+    point was memory-bound, so the knee and the compute-bound rates are floors too."""
+    phi = next((e for e in gen.params if e.name == "phi_flops_per_s"), None) if gen is not None else None
+    return phi is not None and not phi.identified and PHI_FLOOR_NOTE in (phi.note or "")
+
+
 def stale_fit_reason(profile: Profile, fit: FitResult) -> Optional[str]:
     """Why a measured profile's stored fit no longer describes its points (a `bench --resume` added
     or finished points after it was made), or None. A predicted profile's fit is its source."""
