@@ -151,3 +151,15 @@ def test_a_profile_that_is_not_utf8_is_a_one_line_error(tmp_path):
     for args in (["fit", str(bad)], ["report", str(bad), "-o", str(tmp_path / "r.html")],
                  ["predict", "--profile", str(bad)]):
         assert_user_error(run_cli(*args), "not utf-8")
+
+
+def test_the_printed_tables_flag_micro_batches_that_do_not_fit_and_concurrency_past_the_kv_cache(qwen_h200):
+    from throughputlab.predict import generation_table, training_table
+
+    m = load_model(qwen_h200)
+    max_b = m.max_micro_batch()
+    t = training_table(m, [1, max_b, max_b + 1], 2048)
+    assert list(t["fits"]) == ["yes", "yes", "no"]
+    c_over = m.kv_cache_tokens // 1024 + 1
+    g = generation_table(m, [1, c_over], 512, 512)
+    assert not g["bound"][0].endswith("over KV cache") and g["bound"][1].endswith(", over KV cache")

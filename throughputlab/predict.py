@@ -393,19 +393,22 @@ def generation_table(model: ThroughputModel, concurrency: Sequence[int], prompt_
     for c in concurrency:
         td = model.decode_step_s(c, s)
         mem, comp = model.decode_terms_s(c, s)
+        over_kv = model.kv_cache_tokens is not None and c * (prompt_len + output_len) > model.kv_cache_tokens
         rows.append({"concurrency": c, "decode_step_ms": td * 1e3, "decode_tokens_per_s": c / td,
                      "tokens_per_s": model.generation_tokens_per_s(c, prompt_len, output_len),
                      "prefill_ms": model.prefill_s(c, prompt_len) * 1e3,
-                     "bound": "memory" if mem >= comp else "compute"})
+                     "bound": ("memory" if mem >= comp else "compute") + (", over KV cache" if over_kv else "")})
     return pd.DataFrame(rows)
 
 
 def training_table(model: ThroughputModel, micro_batches: Sequence[int], seq_len: int) -> pd.DataFrame:
     t = model.require("train")
+    max_b = model.max_micro_batch()
     rows = []
     for b in micro_batches:
         mem = model.memory_bytes(b)
         rows.append({"micro_batch": b, "step_ms": (model.train_step_s(b, seq_len) + t.optimizer_step_s) * 1e3,
                      "tokens_per_s": model.train_tokens_per_s(b, seq_len),
-                     "peak_mem_gib": None if mem is None else mem / 2**30})
+                     "peak_mem_gib": None if mem is None else mem / 2**30,
+                     "fits": "?" if max_b is None else "yes" if b <= max_b else "no"})
     return pd.DataFrame(rows)
