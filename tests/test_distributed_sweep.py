@@ -282,6 +282,13 @@ def test_cli_bench_on_two_ranks_writes_ok_points_and_leaves_nothing(tmp_path):
     assert _launcher_folders() == tmp_before
     assert_user_error(run_cli("bench", "-m", "tiny", "--nproc-per-node", "2", "-o", str(tmp_path / "x.json")),
                       "add --only train")
+    # a bare --resume (the ranks are not in the spec) continues on the two ranks the profile ran on
+    r = run_cli("bench", "--resume", "-b", "1,2,3", "-o", str(out), timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "2 ranks" in " ".join(r.stdout.split())
+    grown = Profile.load(out)
+    assert [(p.micro_batch, p.layout.world_size) for p in grown.training] == [(1, 2), (2, 2), (3, 2)]
+    assert not ({p.pid for p in psutil.Process().children(recursive=True)} - before)
 
 
 def _launcher_folders() -> set[str]:

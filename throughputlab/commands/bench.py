@@ -226,6 +226,8 @@ def bench(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, .
             click.echo(note)
         _world_sizes(spec, world_sizes, run, activation_checkpointing, collectives)
         return
+    if resume and nproc_per_node == 1 and nnodes == 1:  # a bare --resume continues on the ranks it ran on
+        nproc_per_node, activation_checkpointing = _stored_ranks(run.output, nproc_per_node, activation_checkpointing)
     if nproc_per_node > 1 or nnodes > 1:
         from throughputlab.distributed.records import DistributedSpec
 
@@ -290,6 +292,22 @@ def bench(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, .
 
         write_report([profile], report_path)
         console.print(f"report written to {report_path}", highlight=False)
+
+
+def _stored_ranks(path: Path, nproc_per_node: int, activation_checkpointing: bool) -> tuple[int, bool]:
+    """The FSDP ranks a profile's training ran on (they are not in the spec): a resumed run takes
+    them, one node; several nodes must be given again (their rendezvous is not stored)."""
+    from throughputlab.profile import Profile
+
+    layouts = {(p.layout.world_size, p.layout.nodes, p.layout.activation_checkpointing)
+               for p in Profile.load(path).training if p.layout is not None and p.layout.fsdp}
+    if not layouts:
+        return nproc_per_node, activation_checkpointing
+    world, nodes, ac = max(layouts)
+    if nodes > 1:
+        raise UserError(f"--resume: the profile's training ran on {world} ranks over {nodes} nodes: give --nnodes "
+                        f"{nodes} --nproc-per-node {world // nodes} --node-rank N --rdzv-endpoint HOST:PORT again")
+    return world, activation_checkpointing or ac
 
 
 _PHASE_ONLY = {"generation": "train", "training": "gen"}
