@@ -132,3 +132,13 @@ def test_cli_depth_bad_data(capsys):
         main(["lr", "depth", "--data", "1-2"])
     err = capsys.readouterr().err
     assert e.value.code == 2 and "--data" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("rate,target", [(1.0, "= inf"), (1.5, "= 0.6931"), (0.1, "= 0.1054")])
+def test_cli_depth_states_the_target_rate_at_every_allowed_step_rate(capsys, rate, target):
+    """The step rate is allowed in (0, 2): the error's factor per step is |1 - r|, so r = 1 has no
+    finite rate and r > 1 overshoots; neither may end in a traceback."""
+    with pytest.raises(SystemExit) as e:
+        main(["lr", "depth", "--depths", "1,2,4", "--data", "1:0.25", "--no-check-exact", "--step-rate", str(rate)])
+    out = capsys.readouterr().out
+    assert e.value.code == 0 and f"target rate -log|1 - {rate:g}| {target}" in out

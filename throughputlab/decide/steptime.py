@@ -101,6 +101,13 @@ class RLShape(_Spec):
             raise ValueError("must be a positive integer")
         return v
 
+    @field_validator("seed")
+    @classmethod
+    def _seed(cls, v: int) -> int:
+        if v < 0:
+            raise ValueError(f"must be a non-negative integer, got {v}")
+        return v
+
     @field_validator("partial_rollout")
     @classmethod
     def _share(cls, v: float) -> float:

@@ -189,8 +189,10 @@ def depth(depths, data, step_rate, p0, steps, check_exact, json_out):
             raise UserError(f"--p0 {p0_v:g} is already the optimum of data {name}: pick another --p0 or --data")
     study = sn.depth_study(datasets, d_list, _number(step_rate, "--step-rate"), p0_v, n_steps)
 
+    left = abs(1 - study.step_rate)  # the error's factor per step near p*: 1 - r, overshooting past r = 1
+    target = f"{-math.log(left):.4f}" if left > 0 else "inf (one step reaches p* near it)"
     click.echo(f"Linear convergence rate per GD step (-d log|p - p*|/dk), start p0 = {p0_v:g}, "
-               f"target rate -log(1 - {study.step_rate:g}) = {-math.log(1 - study.step_rate):.4f}")
+               f"target rate -log|1 - {study.step_rate:g}| = {target}")
     for name in datasets:
         rows = [r for r in study.rows if r.dataset == name]
         click.echo(f"\ndata {name}")
