@@ -96,6 +96,8 @@ def test_placement_search_ranks_colocated_against_splits(q7_8xh100, tmp_path):
     (["--engine-tp", "3"], "--engine-tp 3 does not divide --gpus 8"),
     (["--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization must be in (0, 1]"),
     (["--seed", "-1"], "must be a non-negative integer, got -1"),
+    (["--lr-ref", "-1"], "lr.ref: Value error, must be a positive number, got -1.0"),
+    (["--gpus", "0"], "--gpus"),
 ])
 def test_bad_cluster_input_gets_one_line_errors(q7_8xh100, args, fragment):
     assert_user_error(run_cli("decide", "--profile", q7_8xh100, "--prompts", "64", *args), fragment)

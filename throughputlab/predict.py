@@ -160,7 +160,7 @@ class Layout(BaseModel):
     activation_checkpointing: bool = False
 
     def check(self) -> "Layout":
-        for name, v in (("--gpus", self.gpus), ("--tp", self.tp), ("--nodes", self.nodes)):
+        for name, v in (("--tp", self.tp), ("--nodes", self.nodes), ("--gpus", self.gpus)):  # --gpus defaults to tp x nodes
             if v < 1:
                 raise UserError(f"{name} must be a positive integer, got {v}")
         if self.gpus % self.nodes:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from throughputlab.decide.cluster import ClusterSpec, Placement, placements
 from throughputlab.decide.curves import CurvesResult, CurvesSpec, Direction, NStarParam, load_curves, parse_nstar
@@ -43,6 +43,13 @@ class LRSpec(_Spec):
     ref: Optional[float] = None  # learning rate tuned at the reference batch (default: the baseline's)
     ref_prompts: Optional[int] = None  # reference batch in prompts per step (default: the baseline)
     rule: Literal["sqrt", "linear", "none"] = "sqrt"
+
+    @field_validator("ref", "ref_prompts")
+    @classmethod
+    def _positive(cls, v):
+        if v is not None and not v > 0:  # (also refuses NaN)
+            raise ValueError(f"must be a positive number, got {v}")
+        return v
 
 
 class DecideSpec(_Spec):
