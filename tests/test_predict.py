@@ -163,3 +163,24 @@ def test_the_printed_tables_flag_micro_batches_that_do_not_fit_and_concurrency_p
     c_over = m.kv_cache_tokens // 1024 + 1
     g = generation_table(m, [1, c_over], 512, 512)
     assert not g["bound"][0].endswith("over KV cache") and g["bound"][1].endswith(", over KV cache")
+
+
+def test_calibration_caps_impossible_efficiencies_and_keeps_defaults_for_floors():
+    """A fitted rate above the calibration device's reference is no efficiency: capped at 100% and
+    said. A FLOP rate that is only a floor (every point memory-bound) keeps the stated default."""
+    prof = make_profile(concurrencies=(1, 2, 4, 8, 16, 32, 64), micro_batches=(1, 2, 4), noise=0.005,
+                        microbench=(14e9, 30e9))  # matmul benchmark below the fitted 60 and 40 GFLOP/s
+    eff = calibration_from(prof)
+    assert eff.decode_phi == 1.0 and eff.train_phi == 1.0
+    said = " | ".join(eff.cautions)
+    assert "decode_phi: 200% of the probe's micro-benchmarks on the calibration device; capped at 100%" in said
+    assert "train_phi: 13" in said and "% of the probe's micro-benchmarks" in said and "calibrated on a CPU" in said
+    assert all(hi <= 1.0 for lo, hi in eff.intervals.values() if hi is not None)
+
+    floor = make_profile(concurrencies=(1, 2, 4), micro_batches=(1, 2, 4), noise=0.005,
+                         probe={"hidden_size": 64, "intermediate_size": 64})
+    eff = calibration_from(floor)
+    assert eff.decode_phi == DEFAULT_EFFICIENCIES.decode_phi
+    assert "decode_phi: the profile's phi_flops_per_s is not identified, so the default 50% stays" in eff.cautions
+    pred = predict_analytic(resolve_model("qwen2.5-7b").spec, "h200", calibrate=floor, concurrency=(1,))
+    assert any(a.startswith("caution: decode_phi") for a in load_fit(pred).assumptions)

@@ -62,6 +62,7 @@ class Efficiencies(BaseModel):
     fsdp_hidden: float = 0.5
     source: str = "stated defaults (no measurement)"
     intervals: dict[str, tuple[Optional[float], Optional[float]]] = {}  # 95% ranges when calibrated
+    cautions: list[str] = []  # what a calibration could not carry over as measured, and why
 
     def describe(self) -> list[str]:
         lines = [f"efficiencies from {self.source}:",
@@ -80,6 +81,7 @@ class Efficiencies(BaseModel):
         for k, (lo, hi) in self.intervals.items():
             if lo is not None and hi is not None:
                 lines.append(f"{k}: 95% range {lo:.3g} to {hi:.3g}")
+        lines += [f"caution: {c}" for c in self.cautions]
         return lines
 
 
@@ -118,31 +120,63 @@ def calibration_from(profile: Profile) -> Efficiencies:
     m = fit.model
     eff = DEFAULT_EFFICIENCIES.model_dump()
     intervals: dict[str, tuple[Optional[float], Optional[float]]] = {}
+    cautions: list[str] = []
+    if profile.hardware.device_type != "cuda":
+        cautions.append(f"calibrated on a {profile.hardware.device_type.upper()} ({profile.hardware.device_name}): its "
+                        "kernels' efficiencies need not carry over to a GPU")
 
-    def ratio(est_list, name, peak, key):
+    default = DEFAULT_EFFICIENCIES.model_dump()
+
+    def capped(key: str, r: float) -> float:
+        if r > 1:  # above what the calibration device's reference can do: not an efficiency
+            cautions.append(f"{key}: {r:.0%} of {ref} on the calibration device; capped at 100%")
+        return min(r, 1.0)
+
+    def ratio(est_list, name, peak, key, floor_only: bool = False) -> bool:
+        """``floor_only``: a FLOP rate that, not identified, is only a floor (every point memory-bound)."""
         for e in est_list:
             if e.name == name:
-                eff[key] = e.value / peak
-                intervals[key] = (e.lo / peak if e.lo else None, e.hi / peak if e.hi else None)
+                if not e.identified and floor_only:  # the data did not pin it: the stated default stays
+                    cautions.append(f"{key}: the profile's {name} is not identified, so the default "
+                                    f"{default[key]:.0%} stays")
+                    eff[key] = default[key]
+                    return False
+                if not e.identified:
+                    cautions.append(f"{key}: the profile's {name} is not identified; carried as fitted, with the "
+                                    "fixed cost it was fitted with (the data fix their sum)")
+                eff[key] = capped(key, e.value / peak)
+                intervals[key] = (min(e.lo / peak, 1.0) if e.lo else None, min(e.hi / peak, 1.0) if e.hi else None)
+                return True
+        return False
+
+    def fixed(key: str, name: str, value: float) -> None:
+        est = next((e for e in fit.generation.params if e.name == name), None)
+        if est is not None and "at the bound of its search range" in (est.note or ""):
+            cautions.append(f"{key}: the profile's {name} sits at the bound of its search range, so the default "
+                            f"{default[key] * 1e3:.3g} ms stays")
+            return
+        eff[key] = value
 
     if m.decode and fit.generation:
         ratio(fit.generation.params, "bw_bytes_per_s", bw_ref, "decode_bw")
-        ratio(fit.generation.params, "phi_flops_per_s", phi_ref, "decode_phi")
+        ratio(fit.generation.params, "phi_flops_per_s", phi_ref, "decode_phi", floor_only=True)
         eff["attention_bw"] = None  # the measured profile's own form: fitted per kernel, or not
-        ratio(fit.generation.params, "bw_attn_bytes_per_s", bw_ref, "attention_bw")
-        if eff["attention_bw"] is not None:  # the KV reads at their ceiling, as the measured model reads them
-            d = m.decode
-            eff["attention_bw"] = rf.kv_read_rate(d.bw_bytes_per_s, d.bw_attn_bytes_per_s, d.bw_mem_bytes_per_s) / bw_ref
-        eff["decode_t0_s"] = m.decode.t0_s
+        if ratio(fit.generation.params, "bw_attn_bytes_per_s", bw_ref, "attention_bw"):
+            d = m.decode  # the KV reads at their ceiling, as the measured model reads them
+            eff["attention_bw"] = capped("attention_bw", rf.kv_read_rate(d.bw_bytes_per_s, d.bw_attn_bytes_per_s,
+                                                                         d.bw_mem_bytes_per_s) / bw_ref)
+        fixed("decode_t0_s", "t0_s", m.decode.t0_s)
         eff["decode_t_seq_s"] = m.decode.t_seq_s
-        eff["prefill_t0_s"] = m.prefill.t0_s if m.prefill else m.decode.t0_s
-        eff["prefill_phi"] = (m.prefill.phi_flops_per_s if m.prefill else m.decode.phi_flops_per_s) / phi_ref
+        eff["prefill_t0_s"] = m.prefill.t0_s if m.prefill else eff["decode_t0_s"]
+        eff["prefill_phi"] = capped("prefill_phi", (m.prefill.phi_flops_per_s if m.prefill
+                                                    else m.decode.phi_flops_per_s) / phi_ref)
     if m.train and fit.training:
-        ratio(fit.training.params, "phi_train_flops_per_s", phi_ref, "train_phi")
+        ratio(fit.training.params, "phi_train_flops_per_s", phi_ref, "train_phi", floor_only=True)
         eff["train_t0_s"] = m.train.t0_s + m.train.optimizer_step_s
     eff["source"] = (f"the fit of a profile of {profile.model.name} on {profile.hardware.device_name} "
                      f"(relative to {ref}; fixed costs carried over as measured there)")
     eff["intervals"] = intervals
+    eff["cautions"] = cautions
     return Efficiencies(**eff)
 
 
