@@ -126,8 +126,8 @@ def fake_profile(monkeypatch, tmp_path):
 
     monkeypatch.setattr(throughputlab.profile.Profile, "load",
                         classmethod(lambda cls, p: types.SimpleNamespace(
-                            engine=None, bytes_per_param=4, model=resolve_model("demo").spec,
-                            hardware=types.SimpleNamespace(device_type="cpu"))))
+                            engine=None, bytes_per_param=4, model=resolve_model("demo").spec, fit=None,
+                            kind="predicted", hardware=types.SimpleNamespace(device_type="cpu"))))
     monkeypatch.setattr(throughputlab.fit, "load_model", lambda prof: model())
     return tmp_path / "prof.json"
 

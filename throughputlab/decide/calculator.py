@@ -184,7 +184,7 @@ def _profile_notes(prof, fit) -> list[str]:
     """What the profile's fit leaves open that bends the decision."""
     from throughputlab.fit.schema import phi_is_a_floor
 
-    if not phi_is_a_floor(fit.generation):
+    if fit is None or not phi_is_a_floor(fit.generation):
         return []
     c_top = max(p.concurrency for p in prof.generation if p.status == "ok")
     return [f"every concurrency the profile measured (up to {c_top}) was memory-bound, so its compute rate is only a "
@@ -205,8 +205,10 @@ def decide_from_spec(spec: DecideSpec, adjust_step=None) -> list[Decision]:
         raise UserError("no profile: give --profile PROFILE.json (measured by `throughputlab bench` "
                         "or predicted by `throughputlab predict`)")
     prof = Profile.load(spec.profile)
-    fit = load_fit(prof) or fit_profile(prof, bootstrap=0)
-    model = fit.model
+    fit = load_fit(prof)  # the stored fit, else one made now (its PHI's identification feeds a note)
+    if fit is None and prof.kind != "predicted":
+        fit = fit_profile(prof, bootstrap=0)
+    model = fit.model if fit is not None else load_model(prof)
     train_model = load_model(Profile.load(spec.train_profile)) if spec.train_profile else None
     block = spec.shape.engine.block_size
     if block is None and prof.engine is not None:
@@ -216,6 +218,9 @@ def decide_from_spec(spec: DecideSpec, adjust_step=None) -> list[Decision]:
                       kv_cache_tokens=e.kv_cache_tokens or model.kv_cache_tokens, block_size=int(block or 16))
     cluster = spec.cluster
     legacy = cluster is None and (spec.train_profile is not None or spec.shape.overlap != "colocated")
+    if legacy and spec.train_profile is None and model.train_devices > 1:
+        raise UserError(f"--overlap {spec.shape.overlap} needs separate devices, and the profile's {model.train_devices} "
+                        "GPUs are one colocated cluster: use --placement split (with --gen-gpus)")
     if legacy:
         one = decide(spec, model, train_model=train_model, bytes_per_param=prof.bytes_per_param, caps=caps,
                      adjust_step=adjust_step)
