@@ -189,7 +189,8 @@ def _profile_notes(prof, fit) -> list[str]:
     c_top = max(p.concurrency for p in prof.generation if p.status == "ok")
     return [f"every concurrency the profile measured (up to {c_top}) was memory-bound, so its compute rate is only a "
             "floor: generation at higher concurrency is predicted no faster than that floor allows, which favours "
-            "smaller batches; measure past the knee (`throughputlab fit` prints the command)"]
+            "smaller batches; measure at higher concurrency (`throughputlab bench --resume -c LIST -o PROFILE` adds "
+            "the points)"]
 
 
 def decide_from_spec(spec: DecideSpec, adjust_step=None) -> list[Decision]:
@@ -319,7 +320,9 @@ def decide(spec: DecideSpec, model: ThroughputModel, train_model: Optional[Throu
     if placement is not None:
         notes.insert(0, f"placement: {placement.label}; each engine drains its share of the batch (whole prompts), "
                         "the step waits for the slowest")
-        notes.append(f"weight sync {steps.sync_s:.3g} s per step (gather from FSDP, load into the engines"
+        notes.append(f"weight sync {steps.sync_s:.3g} s per step"
+                     + (" as modelled, before the calibration to the log" if adjust_step is not None else "")
+                     + " (gather from FSDP, load into the engines"
                      + (", engines' sleep and wake" if placement.kind == "colocated" and on_gpu else "") + ")")
     if steps.group_share:
         notes.append(f"GRPO: the {spec.group} responses of a prompt share its prefill and KV cache (prefix caching)")
