@@ -110,3 +110,19 @@ def test_all_batch_sizes_at_once_equal_each_on_its_own_over_several_engines():
         alone = sm.step(p, 4)
         assert st.step_s == pytest.approx(alone.step_s, rel=1e-12) and st.engine_prompts == alone.engine_prompts
         assert st.rollout.preemptions == alone.rollout.preemptions
+
+
+def test_a_micro_batch_set_above_what_fits_is_warned_about(caplog):
+    from types import SimpleNamespace
+
+    from throughputlab.decide.steptime import micro_batch_for
+
+    fits = SimpleNamespace(max_micro_batch=lambda: 4)
+    with caplog.at_level("WARNING"):
+        assert micro_batch_for(fits, 4) == 4
+    assert not caplog.text
+    with caplog.at_level("WARNING"):
+        assert micro_batch_for(fits, 64) == 64
+    assert "train.micro_batch 64 is above the 4 sequences that the memory model fits" in caplog.text
+    with pytest.raises(UserError, match="use more training GPUs, train.activation_checkpointing"):
+        micro_batch_for(SimpleNamespace(max_micro_batch=lambda: 0), None)

@@ -11,6 +11,7 @@ off-policy overlaps generation of the next batch with training on this one:
 
 from __future__ import annotations
 
+import logging
 from typing import Literal, Optional
 
 import numpy as np
@@ -30,6 +31,7 @@ from throughputlab.throughput import ThroughputModel
 Overlap = Literal["colocated", "separate", "off-policy"]
 DEFAULT_MAX_NUM_SEQS = 1024  # veRL's rollout default; the bench's largest concurrency is no engine setting
 OVERLAPS = ("colocated", "separate", "off-policy")
+log = logging.getLogger(__name__)
 
 
 class _Spec(BaseModel):
@@ -155,17 +157,21 @@ def _passes_s(n: int, mb: int, seq_len: float, one) -> float:
 
 
 def micro_batch_for(model: ThroughputModel, requested: Optional[int], what: str = "train.micro_batch") -> int:
+    mb = model.max_micro_batch()
     if requested is not None:
         if requested < 1:
             raise UserError(f"{what} must be a positive integer, got {requested}")
+        if mb is not None and requested > mb:
+            log.warning("%s %d is above the %d sequences that the memory model fits on a training device: the "
+                        "step times assume it runs", what, requested, max(mb, 0))
         return requested
-    mb = model.max_micro_batch()
     if mb is None:
         raise UserError(f"the profile records no training memory, so the largest micro-batch is unknown: "
                         f"set {what} in the RL shape file")
     if mb < 1:
-        raise UserError("not even one sequence fits in device memory for training: set train.micro_batch "
-                        "or measure on a larger device")
+        raise UserError("not even one sequence fits in device memory for training: use more training GPUs, "
+                        "train.activation_checkpointing or a device with more memory (train.micro_batch overrides "
+                        "this check)")
     return mb
 
 
