@@ -124,3 +124,12 @@ def test_responses_past_the_models_length_are_said(tmp_path):
     assert "max_position_embeddings" not in notes(limit - 512)
     assert f"prompt 512 + longest response {limit} = {limit + 512} tokens is past demo's " \
            f"max_position_embeddings ({limit})" in notes(limit)
+
+
+def test_batches_the_kv_cache_held_back_are_named_with_their_preemptions(q7_8xh100):
+    tight = _decide(q7_8xh100, [64, 1024], cluster={"gpu_memory_utilization": 0.3})[0]
+    rows = {r.prompts: r.step.rollout for r in tight.rows}
+    assert rows[1024].kv_limited and not rows[64].kv_limited
+    note = next(n for n in tight.notes if n.startswith("the KV cache limited admission"))
+    assert f"at 1024 prompts ({rows[1024].preemptions} preemptions)" in note and "64 prompts" not in note
+    assert not any(n.startswith("the KV cache limited") for n in _decide(q7_8xh100, [64])[0].notes)

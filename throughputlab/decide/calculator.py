@@ -180,6 +180,20 @@ def rank(rows: list[Row], baseline_index: int = 0, notes: Optional[list[str]] = 
     return rows, rec, notes
 
 
+def _kv_limited_note(rows: list[Row]) -> Optional[str]:
+    """Which batches the KV cache, not the sequence cap, held back, and what it cost in preemptions."""
+    seen: dict[int, int] = {}
+    for r in rows:
+        ro = r.step.rollout
+        if ro.kv_limited:
+            seen[r.prompts] = ro.preemptions
+    if not seen:
+        return None
+    cells = ", ".join(f"{p} prompts ({n} preemption{'s' if n != 1 else ''})" for p, n in sorted(seen.items()))
+    return (f"the KV cache limited admission at {cells} in the slowest engine: fewer sequences ran at once than the "
+            "engine's sequence cap, and a preempted request recomputes its prefill")
+
+
 def _profile_notes(prof, fit) -> list[str]:
     """What the profile's fit leaves open that bends the decision."""
     from throughputlab.fit.schema import phi_is_a_floor
@@ -374,6 +388,9 @@ def decide(spec: DecideSpec, model: ThroughputModel, train_model: Optional[Throu
                             nstar_relative=param.kind == "flat" and param.n is None, **common))
     rows, rec, notes = rank(rows, base_index, notes, flat_nstar=param is not None and param.kind == "flat")
     notes.extend(partial_notes(rows, rec))
+    kv = _kv_limited_note(rows)
+    if kv:
+        notes.append(kv)
     extrapolated = context_note(model, rows)
     if extrapolated:
         notes.append(extrapolated)
