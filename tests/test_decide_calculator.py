@@ -249,3 +249,14 @@ def test_a_profile_whose_compute_rate_is_a_floor_is_said_to_favour_small_batches
 
     assert "(up to 4) was memory-bound, so its compute rate is only a floor" in notes((1, 2, 4))
     assert "only a floor" not in notes((1, 2, 4, 8, 16, 32, 64))
+
+
+def test_a_generation_only_profile_asks_for_a_training_profile(tmp_path):
+    from _synth import make_profile
+    from throughputlab.decide.calculator import decide_from_spec
+
+    path = tmp_path / "gen.json"
+    make_profile(concurrencies=(1, 2, 4, 8), micro_batches=()).save(path)
+    spec = DecideSpec.model_validate({"profile": str(path), "prompts": [2, 8], "group": 2})
+    with pytest.raises(UserError, match="has no training part .* name one as train_profile in the --spec file"):
+        decide_from_spec(spec)

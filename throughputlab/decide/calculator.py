@@ -225,6 +225,10 @@ def decide_from_spec(spec: DecideSpec, adjust_step=None) -> list[Decision]:
         fit = fit_profile(prof, bootstrap=0)
     model = fit.model if fit is not None else load_model(prof)
     train_model = load_model(Profile.load(spec.train_profile)) if spec.train_profile else None
+    if model.train is None and train_model is None:
+        raise UserError(f"the profile {spec.profile} has no training part (it measured generation only, as an "
+                        "imported vLLM or GuideLLM benchmark does): name one as train_profile in the --spec file, "
+                        "measured (`bench --only train`) or predicted (`predict --model M --gpu G -o train.json`)")
     block = spec.shape.engine.block_size
     if block is None and prof.engine is not None:
         block = prof.engine.engine_args.get("block_size")
