@@ -96,6 +96,8 @@ def test_placement_search_ranks_colocated_against_splits(q7_8xh100, tmp_path):
     (["--engine-tp", "3"], "--engine-tp 3 does not divide --gpus 8"),
     (["--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization must be in (0, 1]"),
     (["--seed", "-1"], "must be a non-negative integer, got -1"),
+    (["--gen-gpus", "2"], "gen_gpus (--gen-gpus) goes with --placement split"),
+    (["--baseline", "0"], "baseline: Value error, must be a positive number of prompts, got 0"),
     (["--overlap", "off-policy"], "needs separate devices, and the profile's 8 GPUs are one colocated cluster"),
     (["--lr-ref", "-1"], "lr.ref: Value error, must be a positive number, got -1.0"),
     (["--gpus", "0"], "--gpus"),

@@ -61,6 +61,13 @@ class DecideSpec(_Spec):
     prompts: list[int] = []  # candidate prompts per step (default: the batch sizes in the curves)
     group: int = 8
     baseline: Optional[int] = None  # prompts per step of the baseline (default: the smallest candidate)
+
+    @field_validator("baseline")
+    @classmethod
+    def _baseline_positive(cls, v):
+        if v is not None and v < 1:
+            raise ValueError(f"must be a positive number of prompts, got {v}")
+        return v
     sample_unit: SampleUnit = "responses"  # what a "sample" is in N*, samples/s and the curves' batch column
     samples: SamplesSpec = SamplesSpec(nstar="flat")
     lr: LRSpec = LRSpec()

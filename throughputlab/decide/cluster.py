@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from throughputlab import roofline as rf
 from throughputlab.errors import UserError
@@ -37,6 +37,13 @@ class ClusterSpec(BaseModel):
     engine_tp: Optional[int] = None  # devices per generation engine; default: the profile's
     gpu_memory_utilization: Optional[float] = None  # default 0.5 colocated, 0.9 split
     sleep_wake_s: Optional[float] = None  # default 5 s colocated on GPUs, 0 otherwise
+
+    @model_validator(mode="after")
+    def _gen_gpus_split_only(self) -> "ClusterSpec":
+        if self.gen_gpus is not None and self.placement == "colocated":
+            raise ValueError("gen_gpus (--gen-gpus) goes with --placement split (or search): colocated engines "
+                             "generate on every device")
+        return self
 
 
 class Placement(BaseModel):
