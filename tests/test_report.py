@@ -184,3 +184,16 @@ def test_profiles_of_one_label_are_told_apart_by_their_files(tmp_path):
     assert "[monday]" in labels[0] and "[tuesday]" in labels[1] and labels[2] == profile_label(other)
     html = render_report(told[:2])
     assert "demo [monday]" in html and "demo [tuesday]" in html
+
+
+def test_a_predicted_profile_is_not_described_as_measured():
+    from throughputlab.report.attention import attention_table
+    from throughputlab.report.tables import environment_table
+
+    pred = predict_analytic(resolve_model("qwen2.5-7b").spec, "h200", concurrency=(1, 8, 64))
+    env = dict(environment_table(pred).itertuples(index=False, name=None))
+    assert "predicted" in env and "measured" not in env and "repeats" not in env
+    from throughputlab.fit import load_fit
+
+    _, table = attention_table(pred, load_fit(pred))
+    assert set(table["context"]) == {"predicted"}

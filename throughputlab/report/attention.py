@@ -25,11 +25,12 @@ def _model(fit: Optional[FitResult]):
 
 def share_contexts(p: Profile) -> tuple[list[tuple[int, int, bool]], list[int]]:
     """(prompt_len, output_len, measured) for each measured context and each longer predicted one,
-    and the predicted prompts left out because they pass the model's maximum length."""
+    and the predicted prompts left out because they pass the model's maximum length. A predicted
+    profile measured nothing: its own contexts are predicted too."""
     groups = contexts_of(g for g in p.generation if g.status == "ok")
     if not groups:
         return [], []
-    out = [(pl, ol, True) for pl, ol, _ in groups]
+    out = [(pl, ol, p.kind != "predicted") for pl, ol, _ in groups]
     longest, output_len = max(pl for pl, _, _ in groups), groups[-1][1]
     limit = p.model.max_position_embeddings
     past = []

@@ -70,7 +70,8 @@ def build_sections(profiles: Sequence[Profile]) -> list[Section]:
     summary.notes.extend(warnings)
     sections.append(summary)
     if any(p.generation for p in profiles):
-        notes = ["Markers: measured medians, bars from the fastest to the slowest repeat. "
+        notes = ["Markers: measured medians, bars from the fastest to the slowest repeat (a predicted profile's "
+                 "markers are the model's own points, without bars). "
                  "Solid: the fitted model (end to end, prefill included). Dotted and dashed: the "
                  "decode roofline asymptotes (memory slope, compute ceiling); dash-dot: the decode knee; long dash-dot: "
                  "the end-to-end knee, where prefill compute is counted too."]

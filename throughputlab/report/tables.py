@@ -168,6 +168,8 @@ def environment_table(p: Profile) -> pd.DataFrame:
             ("dtype", st.dtype), ("backends", f"{st.gen_backend or '-'} / {st.train_backend or '-'}"),
             ("lengths", f"prompt {prompts}, output {st.output_len}, training seq {seqs}"),
             ("repeats", f"{st.rounds} round(s) x {st.repeats} (warm-up {st.warmup}, max cv {st.max_cv})")]
+    if p.kind == "predicted":  # nothing was measured: no sweep settings to show
+        rows = rows[:-1]
     if hw.cpu:
         rows.append(("cpu", f"{hw.cpu.model} ({hw.cpu.logical_cores} logical cores)"))
     if st.device == "cpu":
@@ -189,6 +191,7 @@ def environment_table(p: Profile) -> pd.DataFrame:
     rows += [("python", env.python), ("platform", env.platform), ("host", env.hostname),
              ("git", env.git_hash or ""), ("torch threads", str(env.torch_threads or "")),
              ("packages", ", ".join(f"{k} {v}" for k, v in sorted(env.packages.items()))),
-             ("command", " ".join(env.command_line)), ("measured", f"{env.started_at} to {env.updated_at or ''}")]
+             ("command", " ".join(env.command_line)),
+             ("predicted" if p.kind == "predicted" else "measured", f"{env.started_at} to {env.updated_at or ''}")]
     rows += [("note", n) for n in p.notes]
     return pd.DataFrame(rows, columns=["item", "value"])
