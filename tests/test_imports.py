@@ -278,3 +278,14 @@ def test_library_errors_are_user_errors(target, tmp_path):
     with pytest.raises(UserError, match="--output-len must be a positive"):
         load_vllm_bench([DATA / "vllm_throughput.json"], target, output_len=0)
     shutil.rmtree(tmp_path / "runs")
+
+
+def test_a_model_other_than_the_files_is_noted(target, caplog):
+    """The GuideLLM file names Qwen/Qwen2.5-7B-Instruct: --model qwen2.5-7b matches it, llama3.1-8b
+    does not, and the fit would charge that model's bytes and FLOPs."""
+    same = load_guidellm([DATA / "guidellm_benchmarks.json"], target)
+    assert not any("--model is" in n for n in same.notes)
+    with caplog.at_level("WARNING"):
+        other = load_guidellm([DATA / "guidellm_benchmarks.json"], resolve_target("llama3.1-8b", "h100"))
+    said = "the files name the model Qwen/Qwen2.5-7B-Instruct, and --model is llama3.1-8b"
+    assert any(said in n for n in other.notes) and said in caplog.text

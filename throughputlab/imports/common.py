@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import logging
 import re
 import statistics
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ from throughputlab.models.spec import ModelSpec, dtype_bytes
 from throughputlab.profile import (
     DatasheetPeak, EngineInfo, Environment, GenPoint, Hardware, Profile, SweepSettings,
 )
+
+log = logging.getLogger(__name__)
 
 # Said in every imported profile: the fit reads these points as static batches of c requests.
 POINT_MODEL_NOTE = ("each point is read as c requests of the mean prompt and output length, its tokens/s over the "
@@ -124,6 +127,22 @@ def count(record: dict, key: str, where: str, *, required: bool = True) -> Optio
     if x < 0 or x != int(x):
         raise UserError(f"{where}: field {key} must be a non-negative whole number, got {x:g}")
     return int(x)
+
+
+def model_mismatch(target: Target, named: Optional[str]) -> Optional[str]:
+    """A note where the files' model (``org/Name-Instruct``) is not ``--model``'s (lower case,
+    letters and digits compared, the organisation and any suffix allowed): the fit would charge
+    the wrong bytes and FLOPs."""
+    if not named:
+        return None
+    key = lambda x: re.sub(r"[^a-z0-9]", "", x.lower())  # noqa: E731
+    ours, theirs = key(target.spec.name.split("/")[-1]), key(named.split("/")[-1])
+    if ours and (ours in theirs or theirs in ours):
+        return None
+    note = (f"the files name the model {named}, and --model is {target.spec.name}: the fit charges "
+            f"{target.spec.name}'s bytes and FLOPs, so check --model")
+    log.warning(note)
+    return note
 
 
 def one_model(models: dict[str, list[str]], field: str) -> Optional[str]:

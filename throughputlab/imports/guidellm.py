@@ -21,7 +21,7 @@ from typing import Optional, Sequence
 
 from throughputlab.errors import UserError
 from throughputlab.imports.common import (
-    Target, by_concurrency, count, imported_profile, merge_points, number, one_model, read_json,
+    Target, by_concurrency, count, imported_profile, merge_points, model_mismatch, number, one_model, read_json,
 )
 from throughputlab.profile import GenPoint, GenSample, Profile
 
@@ -189,5 +189,8 @@ def load_guidellm(paths: Sequence[Path], target: Target, *, command_line: Option
             f"{', '.join(files)}" + (f"; model {model}" if model else ""),
             NOT_MEASURED,
             "each benchmark's sample: successful output tokens over (those tokens / GuideLLM's mean output tokens/s)"]
+    mismatch = model_mismatch(target, model)
+    if mismatch:
+        head.append(mismatch)
     return imported_profile(target, merge_points(points), backend=BACKEND, source="imported: guidellm",
                             notes=head + by_concurrency(notes), command_line=command_line)

@@ -30,7 +30,8 @@ from typing import Optional, Sequence
 
 from throughputlab.errors import UserError
 from throughputlab.imports.common import (
-    Target, by_concurrency, count, imported_profile, merge_points, number, one_model, read_json, read_text,
+    Target, by_concurrency, count, imported_profile, merge_points, model_mismatch, number, one_model, read_json,
+    read_text,
 )
 from throughputlab.profile import EngineInfo, GenPoint, GenSample, Profile
 
@@ -324,6 +325,9 @@ def load_vllm_bench(paths: Sequence[Path], target: Target, *, output_len: Option
     notes = [f"imported from {' and '.join('vllm bench ' + k.split('-')[1] for k in kinds)}: {len(runs)} run(s) "
              f"in {shown}" + (f"; model_id {model_id}" if model_id else ""),
              *(_NOT_MEASURED[k] for k in kinds)]
+    mismatch = model_mismatch(target, model_id)
+    if mismatch:
+        notes.append(mismatch)
     if any(r.kind == SERVE for r in runs) and not any(s.ttft_s for p in points for s in p.samples):
         notes.append("per-request TTFT and ITL are absent (the runs were saved without --save-detailed): only the "
                      "summary statistics below")
