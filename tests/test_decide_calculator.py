@@ -201,7 +201,7 @@ def test_cli_bad_flags(fake_profile, capsys, args, needle):
 
 
 def test_note_says_when_rollouts_read_far_more_cached_tokens_than_were_measured():
-    from throughputlab.decide.calculator import cached_tokens_read
+    from throughputlab.decide.notes import cached_tokens_read
 
     spec = DecideSpec.model_validate({"prompts": [2, 32], "group": 4, "shape": SHAPE, "samples": {"nstar": "flat"}})
     fitted = model().model_copy(update={"source": "fit"})

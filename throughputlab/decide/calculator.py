@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 
 from throughputlab.decide.cluster import ClusterSpec, Placement, placements
 from throughputlab.decide.curves import CurvesResult, CurvesSpec, Direction, NStarParam, load_curves, parse_nstar
+from throughputlab.decide.notes import context_note, kv_limited_note, partial_notes, profile_notes
 from throughputlab.decide.rollout import EngineCaps
 from throughputlab.decide.steptime import (
     DEFAULT_MAX_NUM_SEQS, RLShape, StepModel, StepTime, critic_costs_for, overlap_note,
@@ -187,33 +188,6 @@ def rank(rows: list[Row], baseline_index: int = 0, notes: Optional[list[str]] = 
     return rows, rec, notes
 
 
-def _kv_limited_note(rows: list[Row]) -> Optional[str]:
-    """Which batches the KV cache, not the sequence cap, held back, and what it cost in preemptions."""
-    seen: dict[int, int] = {}
-    for r in rows:
-        ro = r.step.rollout
-        if ro.kv_limited:
-            seen[r.prompts] = ro.preemptions
-    if not seen:
-        return None
-    cells = ", ".join(f"{p} prompts ({n} preemption{'s' if n != 1 else ''})" for p, n in sorted(seen.items()))
-    return (f"the KV cache limited admission at {cells} in the slowest engine: fewer sequences ran at once than the "
-            "engine's sequence cap, and a preempted request recomputes its prefill")
-
-
-def _profile_notes(prof, fit) -> list[str]:
-    """What the profile's fit leaves open that bends the decision."""
-    from throughputlab.fit.schema import phi_is_a_floor
-
-    if fit is None or not phi_is_a_floor(fit.generation):
-        return []
-    c_top = max(p.concurrency for p in prof.generation if p.status == "ok")
-    return [f"every concurrency the profile measured (up to {c_top}) was memory-bound, so its compute rate is only a "
-            "floor: generation at higher concurrency is predicted no faster than that floor allows, which favours "
-            "smaller batches; measure at higher concurrency (`throughputlab bench --resume -c LIST -o PROFILE` adds "
-            "the points)"]
-
-
 def decide_from_spec(spec: DecideSpec, adjust_step=None) -> list[Decision]:
     """Load the profile(s) named in the spec, fit them if needed, and decide for each placement of
     the cluster (one, or every one that fits with ``placement: search``), best first.
@@ -250,7 +224,7 @@ def decide_from_spec(spec: DecideSpec, adjust_step=None) -> list[Decision]:
     if legacy:
         one = decide(spec, model, train_model=train_model, bytes_per_param=prof.bytes_per_param, caps=caps,
                      adjust_step=adjust_step)
-        one.notes.extend(_profile_notes(prof, fit))
+        one.notes.extend(profile_notes(prof, fit))
         return [one]
     cluster = cluster or ClusterSpec()
     if cluster.placement == "colocated" and spec.shape.overlap != "colocated":
@@ -274,7 +248,7 @@ def decide_from_spec(spec: DecideSpec, adjust_step=None) -> list[Decision]:
                         "train.activation_checkpointing")
     decisions = sorted(decisions, key=best_time)
     decisions[0].notes.extend(left_out)
-    decisions[0].notes.extend(_profile_notes(prof, fit))
+    decisions[0].notes.extend(profile_notes(prof, fit))
     limit = prof.model.max_position_embeddings
     if limit and seq > limit:
         decisions[0].notes.append(
@@ -399,7 +373,7 @@ def decide(spec: DecideSpec, model: ThroughputModel, train_model: Optional[Throu
                             nstar_relative=param.kind == "flat" and param.n is None, **common))
     rows, rec, notes = rank(rows, base_index, notes, flat_nstar=param is not None and param.kind == "flat")
     notes.extend(partial_notes(rows, rec))
-    kv = _kv_limited_note(rows)
+    kv = kv_limited_note(rows)
     if kv:
         notes.append(kv)
     extrapolated = context_note(model, rows)
@@ -416,41 +390,3 @@ def decide(spec: DecideSpec, model: ThroughputModel, train_model: Optional[Throu
                     notes=notes, overlap=spec.shape.overlap, placement=placement.label if placement else None,
                     nstar_source=f"learning curves {curves.source}, target {curves.target:g} ({curves.direction})"
                     if curves else param.describe(), lr_rule=spec.lr.rule, curves=curves)
-
-
-CONTEXT_EXTRAPOLATION = 2.0  # noted when the rollouts' steps read this many times the measured cached tokens
-
-
-def cached_tokens_read(r) -> float:
-    """About the most cached tokens one decode step of this rollout reads: its peak concurrency at the
-    prompt plus the longest response, within the KV cache."""
-    ro = r.step.rollout
-    most = ro.peak_concurrency * (ro.prompt_len + ro.response_len_max)
-    return float(min(most, ro.caps.kv_cache_tokens) if ro.caps.kv_cache_tokens else most)
-
-
-def context_note(model, rows: list[Row]) -> Optional[str]:
-    """Say when the simulated decode steps read far more cached tokens (concurrency x context) than
-    any measured decode step did: the attention term is then an extrapolation of the fit."""
-    if not rows or model.decode is None or model.source != "fit":
-        return None
-    measured = model.decode.measured_cached_tokens
-    read = max(cached_tokens_read(r) for r in rows)
-    if measured is None or read <= CONTEXT_EXTRAPOLATION * measured:
-        return None
-    return (f"context: the rollouts' decode steps read up to about {read:,.0f} cached tokens (concurrency x "
-            f"context), {read / measured:.0f}x the most the profile measured ({measured:,.0f}); the attention "
-            "term is extrapolated that far. Measure with `bench --contexts` up to the response lengths to check it")
-
-
-def partial_notes(rows: list[Row], rec: Optional[Recommendation]) -> list[str]:
-    """The rollout time partial rollouts save and their off-policy share, at the baseline and the best."""
-    out = []
-    picks = [r for r in rows if r.is_baseline] + [r for r in rows if rec is not None and r.label == rec.label]
-    for r in {r.label: r for r in picks}.values():
-        pr = r.step.partial if r.step is not None else None
-        if pr is not None:
-            out.append(f"partial rollouts at {r.label}: generation {pr.gen_s:.3g} s against {pr.full_gen_s:.3g} s "
-                       f"without ({pr.saved_share:.0%} saved); {pr.off_policy_token_share:.0%} of the trained "
-                       f"tokens were generated under an older policy; {pr.carried_responses} responses carried over")
-    return out

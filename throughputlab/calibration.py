@@ -1,0 +1,162 @@
+"""Efficiencies: the fractions of a device's peaks an engine reaches, stated as defaults or
+calibrated from a measured profile (its fitted BW and PHI over that device's peaks), for the
+analytic predictor in :mod:`throughputlab.predict`. No torch, no scipy."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict
+
+from throughputlab import roofline as rf
+from throughputlab.errors import UserError
+from throughputlab.fit.schema import FitResult, Peaks, load_fit
+from throughputlab.profile import Profile
+
+
+class Efficiencies(BaseModel):
+    """Fractions of the datasheet peaks a real engine reaches, and the fixed per-step costs.
+
+    Defaults are assumptions, stated here and in every predicted profile: about 80% of the
+    memory bandwidth in decode (vLLM reaches 70-85% MBU at batch 1 on A100/H100-class GPUs),
+    half the dense FLOP/s for decode's skinny matmuls, 60% in prefill, 40% MFU in training
+    (typical of FSDP/Megatron runs), 1 ms of scheduling per decode step, 10 ms per micro-step.
+    The decode attention is its own kernel after the weight GEMMs (the per-kernel form), reading
+    the KV cache at ``attention_bw`` of the peak (None: one roofline over the summed bytes).
+    ``calibrate`` replaces them with figures measured on another device.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    decode_bw: float = 0.80
+    attention_bw: Optional[float] = 0.80
+    decode_phi: float = 0.50
+    prefill_phi: float = 0.60
+    train_phi: float = 0.40
+    decode_t0_s: float = 1.0e-3
+    decode_t_seq_s: float = 0.0  # per sequence per decode step (measured only by an overhead probe)
+    prefill_t0_s: float = 1.0e-3
+    train_t0_s: float = 10e-3
+    # collectives: the share of the link's bandwidth nccl-tests' bus bandwidth reaches, the latency
+    # of a small collective, and the share of FSDP's collectives hidden under compute by prefetching
+    comm_bw: float = 0.80
+    tp_alpha_s: float = 10e-6
+    fsdp_alpha_s: float = 20e-6
+    fsdp_hidden: float = 0.5
+    source: str = "stated defaults (no measurement)"
+    intervals: dict[str, tuple[Optional[float], Optional[float]]] = {}  # 95% ranges when calibrated
+    cautions: list[str] = []  # what a calibration could not carry over as measured, and why
+
+    def describe(self) -> list[str]:
+        lines = [f"efficiencies from {self.source}:",
+                 f"decode bandwidth {self.decode_bw:.0%} of peak, decode FLOP/s {self.decode_phi:.0%}, "
+                 f"prefill FLOP/s {self.prefill_phi:.0%}, training FLOP/s {self.train_phi:.0%}",
+                 "decode attention: " + (f"its own kernel after the GEMMs, KV read at {self.attention_bw:.0%} of "
+                                         "peak bandwidth" if self.attention_bw else
+                                         "one roofline with the GEMMs over the summed bytes and FLOPs"),
+                 f"fixed costs: decode step {self.decode_t0_s * 1e3:.3g} ms, prefill {self.prefill_t0_s * 1e3:.3g} ms, "
+                 f"training micro-step {self.train_t0_s * 1e3:.3g} ms"]
+        if self.decode_t_seq_s:
+            lines.append(f"per-sequence cost of a decode step: {self.decode_t_seq_s * 1e3:.3g} ms")
+        lines.append(f"collectives: {self.comm_bw:.0%} of the link bandwidth, latency {self.tp_alpha_s * 1e6:.3g} us "
+                     f"(tensor parallel) and {self.fsdp_alpha_s * 1e6:.3g} us (FSDP), "
+                     f"{self.fsdp_hidden:.0%} of FSDP's traffic hidden under compute")
+        for k, (lo, hi) in self.intervals.items():
+            if lo is not None and hi is not None:
+                lines.append(f"{k}: 95% range {lo:.3g} to {hi:.3g}")
+        lines += [f"caution: {c}" for c in self.cautions]
+        return lines
+
+
+DEFAULT_EFFICIENCIES = Efficiencies()
+
+
+# ---------------------------------------------------------------- calibration
+
+
+def _ref_peaks(peaks: Peaks) -> tuple[Optional[float], Optional[float], str]:
+    """The peaks a measured profile's efficiencies are relative to: datasheet, else micro-benchmarks."""
+    if peaks.datasheet_bytes_per_s and peaks.datasheet_flops_per_s:
+        return peaks.datasheet_bytes_per_s, peaks.datasheet_flops_per_s, f"datasheet ({peaks.datasheet_device})"
+    return peaks.microbench_bytes_per_s, peaks.microbench_flops_per_s, "the probe's micro-benchmarks"
+
+
+def fit_of(profile: Profile) -> FitResult:
+    """The stored fit, else one made now with `throughputlab fit`'s defaults."""
+    fit = load_fit(profile)
+    if fit is None:
+        from throughputlab.fit.run import fit_profile
+
+        fit = fit_profile(profile)
+    return fit
+
+
+def calibration_from(profile: Profile) -> Efficiencies:
+    """Efficiencies measured on ``profile``'s device: fitted BW and PHI over that device's peaks."""
+    if profile.kind == "predicted":
+        raise UserError("--calibrate needs a measured profile, not a prediction")
+    fit = fit_of(profile)
+    bw_ref, phi_ref, ref = _ref_peaks(fit.peaks)
+    if not bw_ref or not phi_ref:
+        raise UserError("--calibrate: that profile has neither datasheet peaks nor micro-benchmarks, so its "
+                        "efficiencies are unknown; re-measure it with the hardware probe enabled")
+    m = fit.model
+    eff = DEFAULT_EFFICIENCIES.model_dump()
+    intervals: dict[str, tuple[Optional[float], Optional[float]]] = {}
+    cautions: list[str] = []
+    if profile.hardware.device_type != "cuda":
+        cautions.append(f"calibrated on a {profile.hardware.device_type.upper()} ({profile.hardware.device_name}): its "
+                        "kernels' efficiencies need not carry over to a GPU")
+
+    default = DEFAULT_EFFICIENCIES.model_dump()
+
+    def capped(key: str, r: float) -> float:
+        if r > 1:  # above what the calibration device's reference can do: not an efficiency
+            cautions.append(f"{key}: {r:.0%} of {ref} on the calibration device; capped at 100%")
+        return min(r, 1.0)
+
+    def ratio(est_list, name, peak, key, floor_only: bool = False) -> bool:
+        """``floor_only``: a FLOP rate that, not identified, is only a floor (every point memory-bound)."""
+        for e in est_list:
+            if e.name == name:
+                if not e.identified and floor_only:  # the data did not pin it: the stated default stays
+                    cautions.append(f"{key}: the profile's {name} is not identified, so the default "
+                                    f"{default[key]:.0%} stays")
+                    eff[key] = default[key]
+                    return False
+                if not e.identified:
+                    cautions.append(f"{key}: the profile's {name} is not identified; carried as fitted, with the "
+                                    "fixed cost it was fitted with (the data fix their sum)")
+                eff[key] = capped(key, e.value / peak)
+                intervals[key] = (min(e.lo / peak, 1.0) if e.lo else None, min(e.hi / peak, 1.0) if e.hi else None)
+                return True
+        return False
+
+    def fixed(key: str, name: str, value: float) -> None:
+        est = next((e for e in fit.generation.params if e.name == name), None)
+        if est is not None and "at the bound of its search range" in (est.note or ""):
+            cautions.append(f"{key}: the profile's {name} sits at the bound of its search range, so the default "
+                            f"{default[key] * 1e3:.3g} ms stays")
+            return
+        eff[key] = value
+
+    if m.decode and fit.generation:
+        ratio(fit.generation.params, "bw_bytes_per_s", bw_ref, "decode_bw")
+        ratio(fit.generation.params, "phi_flops_per_s", phi_ref, "decode_phi", floor_only=True)
+        eff["attention_bw"] = None  # the measured profile's own form: fitted per kernel, or not
+        if ratio(fit.generation.params, "bw_attn_bytes_per_s", bw_ref, "attention_bw"):
+            d = m.decode  # the KV reads at their ceiling, as the measured model reads them
+            eff["attention_bw"] = capped("attention_bw", rf.kv_read_rate(d.bw_bytes_per_s, d.bw_attn_bytes_per_s,
+                                                                         d.bw_mem_bytes_per_s) / bw_ref)
+        fixed("decode_t0_s", "t0_s", m.decode.t0_s)
+        eff["decode_t_seq_s"] = m.decode.t_seq_s
+        eff["prefill_t0_s"] = m.prefill.t0_s if m.prefill else eff["decode_t0_s"]
+        eff["prefill_phi"] = capped("prefill_phi", (m.prefill.phi_flops_per_s if m.prefill
+                                                    else m.decode.phi_flops_per_s) / phi_ref)
+    if m.train and fit.training:
+        ratio(fit.training.params, "phi_train_flops_per_s", phi_ref, "train_phi", floor_only=True)
+        eff["train_t0_s"] = m.train.t0_s + m.train.optimizer_step_s
+    eff["source"] = (f"the fit of a profile of {profile.model.name} on {profile.hardware.device_name} "
+                     f"(relative to {ref}; fixed costs carried over as measured there)")
+    eff["intervals"] = intervals
+    eff["cautions"] = cautions
+    return Efficiencies(**eff)
