@@ -135,12 +135,17 @@ def _check_lists(concurrency: Sequence[int], micro_batches: Sequence[int], promp
             raise UserError(f"{name} must be a positive integer, got {v}")
 
 
+def _over_kv(model: ThroughputModel, c: int, tokens: int) -> bool:
+    """Whether ``c`` sequences of ``tokens`` each are more than the engine's KV cache holds."""
+    return model.kv_cache_tokens is not None and c * tokens > model.kv_cache_tokens
+
+
 def _predicted_points(model: ThroughputModel, concurrency, prompt_len, output_len, micro_batches, seq_len):
     gen, train = [], []
     if model.decode is not None:
         for c in concurrency:
             status, err = "ok", None
-            if model.kv_cache_tokens is not None and c * (prompt_len + output_len) > model.kv_cache_tokens:
+            if _over_kv(model, c, prompt_len + output_len):
                 status, err = "skipped", (f"{c} sequences of {prompt_len + output_len} tokens exceed the KV cache "
                                           f"({model.kv_cache_tokens} tokens)")
             td = model.decode_step_s(c, rf.mean_context(prompt_len, output_len))
@@ -280,7 +285,7 @@ def generation_table(model: ThroughputModel, concurrency: Sequence[int], prompt_
     for c in concurrency:
         td = model.decode_step_s(c, s)
         mem, comp = model.decode_terms_s(c, s)
-        over_kv = model.kv_cache_tokens is not None and c * (prompt_len + output_len) > model.kv_cache_tokens
+        over_kv = _over_kv(model, c, prompt_len + output_len)
         rows.append({"concurrency": c, "decode_step_ms": td * 1e3, "decode_tokens_per_s": c / td,
                      "tokens_per_s": model.generation_tokens_per_s(c, prompt_len, output_len),
                      "prefill_ms": model.prefill_s(c, prompt_len) * 1e3,
