@@ -17,10 +17,25 @@ GiB = 2**30
 
 # (key, name patterns, bandwidth bytes/s, {dtype: dense FLOP/s}, memory bytes, source)
 _ROWS: list[tuple[str, tuple[str, ...], float, dict[str, float], Optional[int], str]] = [
+    ("GB200", (r"\bGB200\b",), 8000 * G, {"bfloat16": 2500 * T, "float16": 2500 * T, "fp8": 5000 * T},
+     186 * 10**9, "NVIDIA GB200 NVL72 page (2025), per-rack figures with sparsity; derived per GPU as rack/72, dense "
+     "= sparse/2: 13.4 TB HBM3e/72 = 186 GB (older NVIDIA material: 13.5 TB, 192 GB), 576 TB/s/72 = 8 TB/s, "
+     "BF16 360 PF/72/2 = 2.5 PFLOPS dense, FP8 720 PF/72/2 = 5 PFLOPS dense; no FP32 figure taken"),
     ("B200", (r"\bB200\b",), 8000 * G, {"bfloat16": 2250 * T, "float16": 2250 * T, "fp8": 4500 * T, "float32": 75 * T},
      180 * 10**9, "NVIDIA DGX B200 / HGX B200 datasheet (2024): 8 TB/s HBM3e, 2.25 PFLOPS dense BF16 per GPU"),
     ("H200", (r"\bH200\b",), 4800 * G, {"bfloat16": 989.4 * T, "float16": 989.4 * T, "fp8": 1978.9 * T, "float32": 67 * T},
      141 * 10**9, "NVIDIA H200 Tensor Core GPU datasheet (2024), SXM: 4.8 TB/s, 989 TFLOPS BF16 dense (1,979 sparse)"),
+    ("H20", (r"\bH20\b(?!.*\b(3e|141))",), 4000 * G,
+     {"bfloat16": 148 * T, "float16": 148 * T, "fp8": 296 * T, "float32": 44 * T},
+     96 * 10**9, "NVIDIA H20 (2024): no public NVIDIA datasheet; partner spec sheets give 96 GB HBM3, 4.0 TB/s, "
+     "148 TFLOPS BF16 and 296 FP8, reported as dense; the 141 GB HBM3e H20 variant is left unmatched"),
+    ("H800 PCIe", (r"\bH800\b.*PCIe",), 2000 * G,
+     {"bfloat16": 756.5 * T, "float16": 756.5 * T, "fp8": 1513 * T, "float32": 51 * T},
+     80 * 10**9, "NVIDIA H800 Tensor Core GPU datasheet (2023), PCIe: 2 TB/s (some listings 2,039 GB/s), 80 GB, "
+     "1,513 TFLOPS BF16 with sparsity, so 756 dense (H100 PCIe compute)"),
+    ("H800 SXM", (r"\bH800\b",), 3350 * G, {"bfloat16": 989.4 * T, "float16": 989.4 * T, "fp8": 1978.9 * T, "float32": 67 * T},
+     80 * 10**9, "NVIDIA H800 Tensor Core GPU datasheet (2023), SXM: 3.35 TB/s, 80 GB, 1,979 TFLOPS BF16 with "
+     "sparsity, so 989 dense (H100 SXM compute; NVLink cut to 400 GB/s)"),
     ("H100 PCIe", (r"\bH100\b.*PCIe", r"\bH100 PCIe"), 2000 * G,
      {"bfloat16": 756.5 * T, "float16": 756.5 * T, "fp8": 1513 * T, "float32": 51 * T},
      80 * 10**9, "NVIDIA H100 Tensor Core GPU datasheet (2023), PCIe: 2.0 TB/s, 756 TFLOPS BF16 dense"),
@@ -35,6 +50,12 @@ _ROWS: list[tuple[str, tuple[str, ...], float, dict[str, float], Optional[int], 
      80 * 10**9, "NVIDIA A100 Tensor Core GPU datasheet (2021): 80GB PCIe 1,935 GB/s, 312 TFLOPS BF16 dense"),
     ("A100 80GB SXM", (r"\bA100\b",), 2039 * G, {"bfloat16": 312 * T, "float16": 312 * T, "float32": 19.5 * T},
      80 * 10**9, "NVIDIA A100 Tensor Core GPU datasheet (2021): 80GB SXM 2,039 GB/s, 312 TFLOPS BF16 dense"),
+    ("A800 80GB PCIe", (r"\bA800\b(?!.*40GB).*PCIe",), 1935 * G, {"bfloat16": 312 * T, "float16": 312 * T, "float32": 19.5 * T},
+     80 * 10**9, "NVIDIA A800 Tensor Core GPU datasheet (2022): 80GB PCIe 1,935 GB/s, 312 TFLOPS BF16 dense (A100 "
+     "compute, NVLink 400 GB/s); 40GB A800s are left unmatched"),
+    ("A800 80GB SXM", (r"\bA800\b(?!.*40GB)",), 2039 * G, {"bfloat16": 312 * T, "float16": 312 * T, "float32": 19.5 * T},
+     80 * 10**9, "NVIDIA A800 Tensor Core GPU datasheet (2022): 80GB SXM 2,039 GB/s, 312 TFLOPS BF16 dense (A100 "
+     "compute, NVLink 400 GB/s)"),
     ("L40S", (r"\bL40S\b",), 864 * G, {"bfloat16": 362.05 * T, "float16": 362.05 * T, "fp8": 733 * T, "float32": 91.6 * T},
      48 * 10**9, "NVIDIA L40S datasheet (2023): 864 GB/s, 362 TFLOPS BF16 dense (733 sparse)"),
     ("L4", (r"\bL4\b",), 300 * G, {"bfloat16": 121 * T, "float16": 121 * T, "fp8": 242.5 * T, "float32": 30.3 * T},
@@ -49,6 +70,9 @@ _ROWS: list[tuple[str, tuple[str, ...], float, dict[str, float], Optional[int], 
      32 * 10**9, "NVIDIA V100 Tensor Core GPU datasheet (2020), SXM2: 900 GB/s, 125 TFLOPS FP16 tensor (no BF16)"),
     ("MI300X", (r"MI300X",), 5300 * G, {"bfloat16": 1307.4 * T, "float16": 1307.4 * T, "fp8": 2614.9 * T, "float32": 163.4 * T},
      192 * 10**9, "AMD Instinct MI300X datasheet (2023): 5.3 TB/s, 1,307 TFLOPS BF16 dense"),
+    ("MI325X", (r"MI325X",), 6000 * G, {"bfloat16": 1307.4 * T, "float16": 1307.4 * T, "fp8": 2614.9 * T, "float32": 163.4 * T},
+     256 * 10**9, "AMD Instinct MI325X datasheet (2024): 256 GB HBM3E, 6 TB/s, 1,307.4 TFLOPS BF16 dense "
+     "(2,614.9 sparse), 2,614.9 FP8 dense"),
 ]
 
 
@@ -88,6 +112,14 @@ _LINKS: dict[str, tuple[float, str]] = {
     "A100 40GB": (300 * G, "NVLink 3: 12 links, 600 GB/s per GPU both directions"),
     "A100 80GB PCIe": (32 * G, "PCIe Gen4 x16: 32 GB/s each way"),
     "MI300X": (448 * G, "Infinity Fabric: 7 links x 64 GB/s per GPU each way"),
+    "MI325X": (448 * G, "AMD MI325X datasheet (2024), Infinity Fabric: 7 links, 128 GB/s peak per link read as both "
+               "directions, so 7 x 64 GB/s each way (one peer alone gets 64 GB/s)"),
+    "GB200": (900 * G, "GB200 NVL72 page (2025), NVLink 5: 1.8 TB/s per GPU both directions, across all 72 GPUs"),
+    "H20": (450 * G, "partner spec sheets (2024), NVLink 4: 900 GB/s per GPU both directions"),
+    "H800 SXM": (200 * G, "H800 datasheet (2023), NVLink: 400 GB/s per GPU both directions"),
+    "H800 PCIe": (64 * G, "PCIe Gen5 x16: 64 GB/s each way (the 400 GB/s NVLink bridge joins pairs only)"),
+    "A800 80GB SXM": (200 * G, "A800 datasheet (2022), NVLink 3: 400 GB/s per GPU both directions"),
+    "A800 80GB PCIe": (32 * G, "PCIe Gen4 x16: 32 GB/s each way (the 400 GB/s NVLink bridge joins pairs only)"),
 }
 INTER_NODE_BYTES_PER_S = 50 * G  # one 400 Gb/s InfiniBand or RoCE NIC per GPU, as in DGX/HGX nodes
 PCIE_GEN4_BYTES_PER_S = 32 * G  # devices without a row: PCIe Gen4 x16
