@@ -2,10 +2,12 @@
 
     python benchmarks/allocator_churn.py [--model demo] [--batches 1,2,4,8] [--seq-len 128] [--steps 3]
 
-Runs the torch training backend in two fresh processes, one with the system allocator and one
-with tcmalloc/jemalloc preloaded (the library `bench --allocator auto` would pick), and prints
+Runs the torch training backend in fresh processes, one with the system allocator and one with
+each caching allocator found (tcmalloc/jemalloc from the system, mimalloc from the
+cmeel-mimalloc package), interleaved over `--rounds`, and prints
 per micro-batch: median forward, backward and optimizer times, forward+backward per sample,
-minor page faults per step and peak RSS. Exit code 2 when no caching allocator is installed.
+minor page faults per step and peak RSS, then each allocator's step time over glibc's (median
+over the rounds). Exit code 2 when no caching allocator is installed.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
+from pathlib import Path
 import subprocess
 import sys
 
@@ -48,7 +52,7 @@ def run(args, preload: str | None) -> list[dict]:
 
 
 def main() -> int:
-    from throughputlab.commands.allocator import find_library
+    from throughputlab.allocator import packaged_mimalloc
     from throughputlab.hardware.probe import resolve_dtype
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -57,25 +61,46 @@ def main() -> int:
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
     args.dtype = resolve_dtype(args.dtype, "cpu")
-    lib = find_library()
-    if lib is None:
-        print("no tcmalloc or jemalloc installed (Debian: apt install libtcmalloc-minimal4)", file=sys.stderr)
+    libs = [lib for lib in (find_library_system(), packaged_mimalloc()) if lib]
+    if not libs:
+        print("no caching allocator installed (pip install cmeel-mimalloc, or Debian: apt install "
+              "libtcmalloc-minimal4)", file=sys.stderr)
         return 2
-    print(f"{args.model}, seq {args.seq_len}, {args.dtype}, median of {args.steps} steps after one warm-up per size")
-    results = {"glibc": run(args, None), lib: run(args, lib)}
-    for name, rows in results.items():
-        for r in rows:
-            fb = (r["fwd"] + r["bwd"]) * 1e3
-            print(f"{name:>26}  b {r['b']:>3}  fwd {r['fwd'] * 1e3:7.0f} ms  bwd {r['bwd'] * 1e3:7.0f} ms  "
-                  f"opt {r['opt'] * 1e3:5.0f} ms  fwd+bwd per sample {fb / r['b']:6.0f} ms  "
-                  f"faults/step {r['faults']:8.0f}  peak {(r['peak'] or 0) / 1e9:5.2f} GB")
-    base, other = results["glibc"], results[lib]
-    ratios = [(o["fwd"] + o["bwd"] + o["opt"]) / (g["fwd"] + g["bwd"] + g["opt"]) for g, o in zip(base, other)]
-    print("step time with the caching allocator / glibc, by micro-batch: "
-          + ", ".join(f"{g['b']}: {r:.2f}" for g, r in zip(base, ratios)))
+    print(f"{args.model}, seq {args.seq_len}, {args.dtype}, median of {args.steps} steps after one warm-up per size, "
+          f"{args.rounds} interleaved round(s)")
+    names = ["glibc", *libs]
+    results: dict[str, list[list[dict]]] = {n: [] for n in names}
+    for _ in range(args.rounds):
+        for n in names:
+            results[n].append(run(args, None if n == "glibc" else n))
+    for name, runs in results.items():
+        for rows in runs:
+            for r in rows:
+                fb = (r["fwd"] + r["bwd"]) * 1e3
+                print(f"{Path(name).name:>26}  b {r['b']:>3}  fwd {r['fwd'] * 1e3:7.0f} ms  bwd {r['bwd'] * 1e3:7.0f} ms  "
+                      f"opt {r['opt'] * 1e3:5.0f} ms  fwd+bwd per sample {fb / r['b']:6.0f} ms  "
+                      f"faults/step {r['faults']:8.0f}  peak {(r['peak'] or 0) / 1e9:5.2f} GB")
+
+    def step(r):
+        return r["fwd"] + r["bwd"] + r["opt"]
+
+    for lib in libs:
+        ratios = []
+        for i, g in enumerate(results["glibc"][0]):
+            ratios.append(statistics.median(step(o[i]) / step(b[i]) for o, b in zip(results[lib], results["glibc"])))
+        print(f"step time under {Path(lib).name} / glibc, by micro-batch: "
+              + ", ".join(f"{g['b']}: {r:.2f}" for g, r in zip(results["glibc"][0], ratios)))
     return 0
+
+
+def find_library_system():
+    from throughputlab.allocator import CANDIDATES
+    import ctypes.util
+
+    return next((lib for lib in map(ctypes.util.find_library, CANDIDATES) if lib), None)
 
 
 if __name__ == "__main__":

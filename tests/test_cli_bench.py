@@ -209,7 +209,7 @@ def test_bench_rounds_revisit_every_point(tmp_path):
 
 
 def test_cpu_bench_runs_under_a_caching_allocator_unless_told_not_to(tmp_path):
-    from throughputlab.commands import allocator
+    from throughputlab import allocator
 
     lib = allocator.find_library()
     if lib is None or allocator.preloaded():
@@ -234,7 +234,7 @@ def test_cpu_bench_runs_under_a_caching_allocator_unless_told_not_to(tmp_path):
 
 
 def test_only_an_allocator_that_returns_memory_needs_a_warm_up_at_every_visit(monkeypatch):
-    from throughputlab.commands import allocator
+    from throughputlab import allocator
 
     monkeypatch.delenv("LD_PRELOAD", raising=False)
     assert allocator.returns_memory("cpu")
@@ -243,23 +243,22 @@ def test_only_an_allocator_that_returns_memory_needs_a_warm_up_at_every_visit(mo
     assert not allocator.returns_memory("cpu")
 
 
-def test_a_cpu_run_without_a_caching_allocator_says_so_once(monkeypatch, caplog):
-    from throughputlab.commands import allocator
+def test_a_cpu_run_without_a_caching_allocator_says_so_once(monkeypatch):
+    from throughputlab import allocator
 
     monkeypatch.setattr(allocator, "launched_as_cli", lambda: True)
     monkeypatch.setattr(allocator, "find_library", lambda: None)
     monkeypatch.delenv("LD_PRELOAD", raising=False)
     monkeypatch.delenv(allocator.MARK, raising=False)
-    with caplog.at_level("WARNING", logger=allocator.__name__):
-        allocator.maybe_reexec("system", "cpu", in_process_only=True)  # the user chose glibc
-        allocator.maybe_reexec("auto", "cuda", in_process_only=True)
-        assert caplog.records == []
-        allocator.maybe_reexec("auto", "cpu", in_process_only=True)
-    assert len(caplog.records) == 1 and "apt install libtcmalloc-minimal4" in caplog.records[0].getMessage()
+    assert allocator.maybe_reexec("system", "cpu", in_process_only=True) is None  # the user chose glibc
+    assert allocator.maybe_reexec("auto", "cuda", in_process_only=True) is None
+    assert allocator.maybe_reexec("auto", "cpu", in_process_only=False) is None  # engines keep their setup
+    note = allocator.maybe_reexec("auto", "cpu", in_process_only=True)
+    assert note.startswith("note: ") and "cmeel-mimalloc" in note and "\n" not in note
 
 
 def test_allocator_reexec_only_for_the_cli_on_cpu_in_process_runs(monkeypatch):
-    from throughputlab.commands import allocator
+    from throughputlab import allocator
 
     calls = []
     monkeypatch.setattr(allocator, "reexec_with", calls.append)

@@ -47,7 +47,7 @@ def test_the_probe_hands_back_what_its_benchmarks_freed_under_tcmalloc():
     import subprocess
     import sys
 
-    from throughputlab.commands.allocator import find_library
+    from throughputlab.allocator import find_library
 
     lib = find_library()
     if lib is None or "tcmalloc" not in lib:

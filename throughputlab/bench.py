@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from throughputlab.commands.allocator import returns_memory
+from throughputlab.allocator import returns_memory
 from throughputlab.errors import UserError
 from throughputlab.machine import environment
 from throughputlab.models import ResolvedModel, resolve_model

@@ -251,7 +251,7 @@ def run_training(profile: Profile, path: Path, backend, values: Optional[list[in
                  layout: Optional[ParallelLayout] = None, warm_each_visit: bool = True) -> None:
     """The training sweep; every point it measures records ``layout`` (ranks, FSDP, checkpointing).
     ``warm_each_visit``: later visits also start with ``hygiene.warmup`` untimed steps (an
-    allocator that returns memory: :func:`~throughputlab.commands.allocator.returns_memory`)."""
+    allocator that returns memory: :func:`~throughputlab.allocator.returns_memory`)."""
     name = backend.name
 
     def measure(b: int) -> TrainPoint:

@@ -184,7 +184,7 @@ def bench(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, .
       throughputlab bench -m tiny --backend vllm --only gen --engine-arg enforce_eager=true
     """
     from throughputlab import spec as specs
-    from throughputlab.commands import allocator as alloc
+    from throughputlab import allocator as alloc
 
     if resume and output is None:
         raise UserError("--resume needs --output PROFILE: the profile to continue")
@@ -209,13 +209,15 @@ def bench(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, .
         for note in unused:  # stdout is the spec file
             click.echo(note, err=True)
         return
-    alloc.maybe_reexec(allocator, spec.device,
-                       in_process_only=spec.generation.backend == "hf" or spec.only == "train")
+    note = alloc.maybe_reexec(allocator, spec.device,
+                              in_process_only=spec.generation.backend == "hf" or spec.only == "train")
     run = RunOptions(output=output or default_profile_name(spec.model, spec.device), resume=resume, force=force,
                      command_line=["throughputlab", *sys.argv[1:]])
     check_writable(run.output)
     if report_path is not None:
         check_writable(report_path, "--report")
+    if note:  # printed once, on stdout, with the run's header, after every check of the input
+        unused.append(note)
     layout = ranks = None
     if world_sizes:
         if nproc_per_node > 1 or nnodes > 1:

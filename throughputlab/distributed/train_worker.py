@@ -28,7 +28,7 @@ import torch
 from pydantic import PrivateAttr
 
 from throughputlab.backends.torch_common import PeakMemory, release
-from throughputlab.commands.allocator import returns_memory
+from throughputlab.allocator import returns_memory
 from throughputlab.distributed import comm, fsdp
 from throughputlab.distributed.ranks import (  # noqa: F401  (AgreedUserError: raised here, imported from here)
     AgreedUserError, RankContext, broadcast_object, gather_floats, init_ranks, rank_main,

@@ -214,7 +214,7 @@ def probe(device: str = "cpu", dtype: str = "float32", *, run_microbench: bool =
     if run_microbench:
         hw.microbench = microbench(device, dtype)
         if not device.startswith("cuda"):  # what the benchmarks freed must not count in the first point's peak
-            from throughputlab.commands.allocator import release_free_memory
+            from throughputlab.allocator import release_free_memory
 
             release_free_memory()
     return hw

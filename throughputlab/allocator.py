@@ -12,7 +12,6 @@ the process starts (``LD_PRELOAD``), so ``bench`` re-executes itself once, befor
 from __future__ import annotations
 
 import ctypes.util
-import logging
 import os
 import sys
 from pathlib import Path
@@ -23,18 +22,35 @@ MARK = "THROUGHPUTLAB_ALLOCATOR"  # set in the re-executed process: never loop
 
 
 def find_library() -> Optional[str]:
-    """The first caching allocator the dynamic loader knows (``ldconfig``), else None."""
+    """The first caching allocator the dynamic loader knows (``ldconfig``), else the mimalloc the
+    ``cmeel-mimalloc`` package installs beside this environment's packages, else None."""
     for name in CANDIDATES:
         lib = ctypes.util.find_library(name)
         if lib:
             return lib
+    return packaged_mimalloc()
+
+
+def packaged_mimalloc() -> Optional[str]:
+    """``libmimalloc.so`` from the cmeel-mimalloc wheel (a pip dependency on Linux), or None."""
+    from importlib import metadata
+
+    try:
+        files = metadata.distribution("cmeel-mimalloc").files or ()
+    except metadata.PackageNotFoundError:
+        return None
+    for f in files:
+        if f.name == "libmimalloc.so":
+            path = Path(str(f.locate()))
+            if path.exists():
+                return str(path.resolve())
     return None
 
 
 def preloaded() -> Optional[str]:
     """A caching allocator already in ``LD_PRELOAD`` (the user's choice wins)."""
     for part in os.environ.get("LD_PRELOAD", "").replace(":", " ").split():
-        if any(name in Path(part).name for name in ("tcmalloc", "jemalloc")):
+        if any(name in Path(part).name for name in ("tcmalloc", "jemalloc", "mimalloc")):
             return part
     return None
 
@@ -56,6 +72,9 @@ def release_free_memory() -> bool:
     try:
         if hasattr(lib, "MallocExtension_ReleaseFreeMemory"):
             lib.MallocExtension_ReleaseFreeMemory()
+            return True
+        if hasattr(lib, "mi_collect"):  # mimalloc: collect and return every free page
+            lib.mi_collect(ctypes.c_bool(True))
             return True
         if hasattr(lib, "mallctl"):  # jemalloc: "arena.<MALLCTL_ARENAS_ALL>.purge"
             return lib.mallctl(b"arena.4096.purge", None, None, None, ctypes.c_size_t(0)) == 0
@@ -89,18 +108,22 @@ def reexec_with(lib: str) -> None:
     os.execve(sys.executable, [sys.executable, "-m", "throughputlab", *sys.argv[1:]], env)
 
 
-def maybe_reexec(choice: str, device: str, in_process_only: bool) -> None:
+def maybe_reexec(choice: str, device: str, in_process_only: bool) -> Optional[str]:
     """With ``--allocator auto`` on a CPU run of the in-process backends, come back under a
-    caching allocator when the system has one. Engines (vllm, openai) keep their own setup."""
+    caching allocator when the system has one. Engines (vllm, openai) keep their own setup.
+    Returns the note a run under glibc prints with its header (the caller prints it once, on
+    stdout, when the sweep really starts), else None."""
     if choice != "auto" or os.environ.get(MARK) or preloaded() or not in_process_only:
-        return
+        return None
     if not cpu_run(device) or not launched_as_cli():
-        return
+        return None
     lib = find_library()
     if lib:
         reexec_with(lib)
-    logging.getLogger(__name__).warning(
-        "no tcmalloc or jemalloc on this machine: the CPU run stays under glibc's allocator, which faults "
-        "large blocks in again at every step (the demo's default run took 1.6x as long); install one "
-        "(Debian: apt install libtcmalloc-minimal4) or pass --allocator system to keep glibc without this note")
+    return GLIBC_NOTE
 
+
+GLIBC_NOTE = ("note: no caching allocator found (tcmalloc, jemalloc or the mimalloc of the cmeel-mimalloc package): "
+              "this CPU run stays under glibc's allocator, which faults large blocks in again at every step; "
+              "pip install cmeel-mimalloc or apt install libtcmalloc-minimal4 makes it faster, "
+              "--allocator system keeps glibc without this note")
