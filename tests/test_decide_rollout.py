@@ -366,4 +366,7 @@ def test_the_rollouts_knee_is_the_models_knee(tp, bw_mem):
                                             bw_mem_bytes_per_s=bw_mem))
     r = simulate_rollout(m, [64] * 8, 512)
     s = round(512 + 63 / 2 + 0.5)
-    assert r.knee_concurrency == pytest.approx(m.knee(s), rel=1e-6)
+    if bw_mem is not None and bw_mem < 1e10:  # KV reads at 4 GB/s grow faster than the arithmetic: no knee
+        assert m.knee(s) is None and r.knee_concurrency is None
+    else:
+        assert r.knee_concurrency == pytest.approx(m.knee(s), rel=1e-6)
