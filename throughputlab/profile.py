@@ -349,35 +349,35 @@ class Profile(Strict):
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Profile":
+        from throughputlab.files import first_error, read_text
+
         path = Path(path)
-        try:
-            text = path.read_text()
-        except FileNotFoundError:
-            raise UserError(f"profile {path} does not exist") from None
-        except UnicodeDecodeError as e:
-            raise UserError(f"profile {path} is not a throughputlab profile: not UTF-8 text "
-                            f"(byte {e.object[e.start]:#04x} at position {e.start})") from None
-        except OSError as e:
-            raise UserError(f"cannot read profile {path}: {e.strerror or e}") from None
+        if not path.exists():
+            raise UserError(f"profile {path} does not exist; check the path, or measure one with "
+                            f"`throughputlab bench -o {path}`")
+        what = "a throughputlab profile (JSON written by `bench`, `predict` or `import`)"
+        text = read_text(path, what, f"profile {path}")
         try:
             raw = json.loads(text)
         except ValueError as e:
-            raise UserError(f"profile {path} is not valid JSON ({e.msg} at line {e.lineno}): it was cut short or "
-                            "edited (bench writes it whole each time); restore a copy, or measure again with "
-                            f"`throughputlab bench --force -o {path}`") from None
+            raise UserError(f"profile {path} is not valid JSON ({e.msg}: line {e.lineno}, column {e.colno}): it was "
+                            "cut short or edited (bench writes it whole each time); restore a copy, or measure "
+                            f"again with `throughputlab bench --force -o {path}`") from None
         if not isinstance(raw, dict):
-            raise UserError(f"profile {path} is not a throughputlab profile (expected a JSON object)")
+            raise UserError(f"profile {path} is not a throughputlab profile (expected a JSON object, got "
+                            f"{type(raw).__name__}); give the profile JSON that `bench`, `predict` or `import` wrote")
         version = raw.get("schema_version")
         if version != SCHEMA_VERSION:
+            if version is None:
+                raise UserError(f"profile {path} is not a throughputlab profile (no schema_version): another "
+                                "tool's JSON? bring its numbers in with `throughputlab import`")
             raise UserError(f"profile {path} has schema_version {version!r}, this throughputlab reads "
                             f"{SCHEMA_VERSION}: re-measure it or use a matching throughputlab version")
         try:
             return cls.model_validate(raw)
         except ValidationError as e:
-            err = e.errors()[0]
-            where = ".".join(str(x) for x in err["loc"])
-            raise UserError(f"profile {path} is malformed at {where}: {err['msg']} "
-                            f"({e.error_count()} problem(s) in all)") from None
+            raise UserError(f"profile {path} is malformed {first_error(e)}: fix the file or measure again") \
+                from None
 
 
 def write_atomic(path: Path, text: str) -> None:

@@ -14,7 +14,6 @@ record of the settings in profiles written before the spec existed.
 from __future__ import annotations
 
 import difflib
-import json
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, NamedTuple, Optional, TypeVar, Union, get_args
@@ -232,7 +231,12 @@ def resolve(layers: list[Layer], base: Optional[dict[str, Any]] = None) -> Bench
     for layer in layers:
         validate(layer)
         data = merge(data, layer.values)
-    return validate(Layer("the merged spec", data))
+    spec = validate(Layer("the merged spec", data))
+    from throughputlab.models import check_local_model
+
+    # a model folder's config.json or a preset's name: checked now, before the run prints anything
+    check_local_model(spec.model, random_weights=spec.random_weights, trust_remote_code=spec.trust_remote_code)
+    return spec
 
 
 def validate(layer: Layer) -> BenchSpec:
@@ -252,34 +256,11 @@ def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 def read_spec_file(path: Path) -> Layer:
     """A YAML or JSON spec file (JSON by a .json suffix, else YAML), as a layer."""
-    source = f"--spec {path}"
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
-        raise UserError(f"{source}: no such file") from None
-    except OSError as e:
-        raise UserError(f"{source}: cannot read it ({e.strerror or e})") from None
-    if Path(path).suffix.lower() == ".json":
-        try:
-            data = json.loads(text)
-        except ValueError as e:
-            raise UserError(f"{source}: not valid JSON at line {e.lineno}: {e.msg}") from None
-    else:
-        import yaml
+    from throughputlab.files import read_settings
 
-        try:
-            data = yaml.safe_load(text)
-        except yaml.MarkedYAMLError as e:
-            mark = e.problem_mark or e.context_mark
-            line = f" at line {mark.line + 1}" if mark is not None else ""
-            raise UserError(f"{source}: YAML syntax error{line}: {e.problem or e.context}") from None
-        except yaml.YAMLError as e:
-            raise UserError(f"{source}: not valid YAML ({str(e).splitlines()[0]})") from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise UserError(f"{source}: expected a mapping of settings at the top level, got {type(data).__name__}")
-    return Layer(source, data)
+    source, json_file = f"--spec {path}", Path(path).suffix.lower() == ".json"
+    what = f"a {'JSON' if json_file else 'YAML'} spec file (`bench --print-spec` shows one)"
+    return Layer(source, read_settings(path, what, source, yaml=not json_file))
 
 
 def parse_set(item: str) -> Layer:

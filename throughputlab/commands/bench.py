@@ -214,6 +214,9 @@ def bench(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, .
     run = RunOptions(output=output or default_profile_name(spec.model, spec.device), resume=resume, force=force,
                      command_line=["throughputlab", *sys.argv[1:]])
     check_writable(run.output)
+    spec.check()
+    if not world_sizes and nnodes == 1:  # a later node's ranks resume from node 0's profile
+        run.check()
     if report_path is not None:
         check_writable(report_path, "--report")
     if note:  # printed once, on stdout, with the run's header, after every check of the input

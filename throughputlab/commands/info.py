@@ -111,11 +111,7 @@ def export(profile: Path, output: Optional[Path], what: str) -> None:
     from throughputlab.commands.options import check_writable
     from throughputlab.profile import Profile
 
-    try:
-        prof = Profile.load(profile)
-    except UnicodeDecodeError as e:  # a binary or non-UTF-8 file: Profile.load lets the decode error through
-        raise UserError(f"profile {profile} is not a throughputlab profile: not UTF-8 text "
-                        f"(byte {e.object[e.start]:#04x} at position {e.start})") from None
+    prof = Profile.load(profile)  # every problem with the file is one line (throughputlab.files)
     tables = {"generation": prof.generation_df, "training": prof.training_df, "samples": prof.samples_df}
     chosen = list(tables) if what == "all" else [what]
     if output is not None and len(chosen) > 1:

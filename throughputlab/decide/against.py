@@ -22,6 +22,7 @@ from typing import Optional
 from pydantic import BaseModel, ConfigDict
 
 from throughputlab.decide.calculator import DecideSpec, LRSpec, SamplesSpec, decide_from_spec
+from throughputlab.decide.curves import read_curves_csv
 from throughputlab.decide.cluster import idle_shares
 from throughputlab.decide.steptime import ResponseSpec, StepModel, StepTime, _passes_s
 from throughputlab.errors import UserError
@@ -79,9 +80,7 @@ class Calibration(_Model):
     applies_to: str = APPLIES_TO
 
     def factor(self, phase: str) -> float:
-        if self.step_only:
-            return self.factors.get("step", 1.0)
-        return self.factors.get(phase, 1.0)
+        return self.factors.get("step" if self.step_only else phase, 1.0)
 
     def describe(self) -> str:
         if self.step_only:
@@ -343,6 +342,7 @@ class LogChecks:
             raise UserError(f"{', '.join(used)}: only with a run log; give --against LOG or --calibrate-from LOG")
         user_lengths = "response" in spec.shape.model_fields_set
         kw = dict(fmt=log_format, columns=log_columns, log_prompts=log_prompts, user_lengths=user_lengths)
+        read_curves_csv(spec.samples.curves)  # the curves file's errors before the log's table: validation first
         self.spec = spec
         self.checks: list[LogCheck] = []
         self.calibration: Optional[Calibration] = None

@@ -14,30 +14,12 @@ COLUMN_KEYS = ("run", "batch", "lr", "samples", "step", "metric")
 
 
 def _read_spec(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise UserError(f"--spec {path}: cannot read it ({e.strerror or e})") from None
-    if path.suffix.lower() in (".yaml", ".yml"):
-        try:
-            import yaml
-        except ImportError:
-            raise UserError(f"--spec {path}: reading YAML needs PyYAML (pip install pyyaml), or write the spec as JSON") \
-                from None
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            raise UserError(f"--spec {path}: not valid YAML ({str(e).splitlines()[0]})") from None
-    else:
-        try:
-            data = json.loads(text)
-        except ValueError as e:
-            raise UserError(f"--spec {path}: not valid JSON ({e}); YAML files need a .yaml suffix") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise UserError(f"--spec {path}: expected a mapping of settings at the top level")
-    return data
+    """A decide spec, read as every command reads one: JSON by a .json suffix, else YAML."""
+    from throughputlab.files import read_settings
+
+    json_file = path.suffix.lower() == ".json"
+    what = f"a {'JSON' if json_file else 'YAML'} decide spec"
+    return read_settings(path, what, f"--spec {path}", yaml=not json_file)
 
 
 def _int_list(text: str, option: str) -> list[int]:

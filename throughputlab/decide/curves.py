@@ -150,6 +150,25 @@ def _median_or_none(values: list[float]) -> Optional[float]:
     return None if math.isinf(m) else float(m)
 
 
+def read_curves_csv(spec: Optional[CurvesSpec]):
+    """The curves file as a frame with the columns the spec names (None without one); every
+    problem is one line."""
+    from throughputlab.files import read_csv
+
+    if spec is None:
+        return None
+    df = read_csv(spec.path, "a learning-curves CSV, one row per logged step", f"--curves {spec.path}")
+    cols = spec.columns
+    missing = [c for c in (cols.run, cols.batch, cols.metric) if c not in df.columns]
+    if not (cols.samples and cols.samples in df.columns) and not (cols.step and cols.step in df.columns):
+        missing.append(f"{cols.samples or 'samples'} (or {cols.step or 'step'})")
+    if missing:
+        raise UserError(f"{Path(spec.path).name} lacks column(s) {', '.join(missing)}; it has "
+                        f"{', '.join(map(str, df.columns)) or 'none'}: map them with --column KEY=NAME (keys: run, "
+                        "batch, lr, samples, step, metric) or samples.curves.columns in the spec")
+    return df
+
+
 def load_curves(spec: CurvesSpec, target: float, direction: Direction,
                 baseline_batch: Optional[float] = None) -> CurvesResult:
     """Read, validate and analyse a learning-curves CSV; every problem is one UserError line."""
@@ -159,26 +178,11 @@ def load_curves(spec: CurvesSpec, target: float, direction: Direction,
         raise UserError(f"--direction must be max or min, got {direction!r}")
     if not math.isfinite(target):
         raise UserError(f"--target must be a finite number, got {target!r}")
-    path = Path(spec.path)
-    name = path.name
-    try:
-        df = pd.read_csv(path)
-    except FileNotFoundError:
-        raise UserError(f"--curves {spec.path}: no such file") from None
-    except pd.errors.EmptyDataError:
-        raise UserError(f"--curves {spec.path}: the file is empty; export one row per logged step") from None
-    except Exception as e:  # parser errors of every kind mean the same to the user
-        raise UserError(f"--curves {spec.path}: not a readable CSV ({type(e).__name__}: {str(e)[:80]})") from None
+    df = read_curves_csv(spec)
+    name = Path(spec.path).name
     cols = spec.columns
     x_col = cols.samples if cols.samples and cols.samples in df.columns else None
     step_col = cols.step if cols.step and cols.step in df.columns else None
-    missing = [c for c in (cols.run, cols.batch, cols.metric) if c not in df.columns]
-    if x_col is None and step_col is None:
-        missing.append(f"{cols.samples or 'samples'} (or {cols.step or 'step'})")
-    if missing:
-        raise UserError(f"{name} lacks column(s) {', '.join(missing)}; it has {', '.join(map(str, df.columns)) or 'none'}: "
-                        "map them with --column KEY=NAME (keys: run, batch, lr, samples, step, metric) "
-                        "or samples.curves.columns in the spec")
     lr_col = cols.lr if cols.lr and cols.lr in df.columns else None
     numeric = [cols.batch, cols.metric, x_col or step_col] + ([lr_col] if lr_col else [])
     for c in numeric:

@@ -127,11 +127,11 @@ def read_lengths_file(path: str | Path, max_tokens: Optional[int] = None,
                       option: str = "--response-lengths") -> LengthDist:
     """Observed response lengths: numbers separated by whitespace or commas, a JSON list, or a
     CSV whose single column (or column named response_len, length or tokens) holds them."""
+    from throughputlab.files import read_text
+
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise UserError(f"{option} {path}: cannot read it ({e.strerror or e})") from None
+    text = read_text(p, "response lengths (tokens): numbers one per line, a JSON list or a CSV column",
+                     f"{option} {path}")
     values: list[float]
     stripped = text.strip()
     if stripped.startswith("["):
@@ -158,10 +158,9 @@ def read_lengths_file(path: str | Path, max_tokens: Optional[int] = None,
 def _lengths_from_csv(p: Path, option: str) -> list[float]:
     import pandas as pd
 
-    try:
-        df = pd.read_csv(p)
-    except Exception as e:  # pandas raises several parser errors; all mean "not a table we can read"
-        raise UserError(f"{option} {p}: not a list of numbers nor a readable CSV ({type(e).__name__})") from None
+    from throughputlab.files import read_csv
+
+    df = read_csv(p, "a list of numbers or a CSV with a response_len column", f"{option} {p}")
     for name in ("response_len", "response_length", "length", "tokens", "num_tokens"):
         if name in df.columns:
             col = df[name]

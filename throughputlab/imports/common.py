@@ -69,19 +69,9 @@ def resolve_target(model: str, gpu: str, dtype: str = "bfloat16", tp: int = 1) -
 
 def read_text(path: Path, expected: str) -> str:
     """A source file's text; a missing, unreadable, binary or empty file is a one-line error."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: is a folder, expected {expected}") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: not a text file, expected {expected}") from None
-    except OSError as e:
-        raise UserError(f"cannot read {path}: {e.strerror or e}") from None
-    if not text.strip():
-        raise UserError(f"{path}: empty file, expected {expected}")
-    return text
+    from throughputlab import files
+
+    return files.read_text(path, expected)
 
 
 def read_json(path: Path, expected: str) -> Any:

@@ -46,14 +46,9 @@ def parse_column_map(spec: Optional[str]) -> dict[str, str]:
 
 def load_sweep(path: str, column_map: Optional[dict[str, str]] = None):
     """Read a sweep CSV into a frame with canonical column names; UserError on anything unusable."""
-    import pandas as pd
+    from throughputlab.files import read_csv
 
-    try:
-        df = pd.read_csv(path)
-    except FileNotFoundError:
-        raise UserError(f"sweep file {path!r} not found") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise UserError(f"cannot read {path!r} as CSV: {str(e).splitlines()[0]}") from None
+    df = read_csv(path, "a sweep CSV, one row per run (params, tokens, lr, loss)", f"sweep {path}")
     return prepare_sweep(df, column_map, source=path)
 
 

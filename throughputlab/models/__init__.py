@@ -73,16 +73,24 @@ def resolve_model(model: str, *, random_weights: bool = False, trust_remote_code
     raise UserError(f"--model {model}: unknown preset, {hint} (or give a model folder or a hub id org/name)")
 
 
+def check_local_model(model: str, *, random_weights: bool = False, trust_remote_code: bool = False) -> None:
+    """Resolve ``model`` now unless it is a hub id (that may need the network): a bad folder,
+    config.json or preset name is its one-line error before a command prints anything."""
+    hub_only = bool(_HUB_ID.match(model)) and not os.path.exists(os.path.expanduser(model)) \
+        and not _looks_like_path(model) and model.lower() not in preset_names()
+    if not hub_only:
+        resolve_model(model, random_weights=random_weights, trust_remote_code=trust_remote_code)
+
+
 def _from_folder(path: str, random_weights: bool, trust_remote_code: bool) -> ResolvedModel:
     cfg_path = Path(path) / "config.json"
     if not cfg_path.is_file():
         raise UserError(f"--model {path}: no config.json in that folder; point --model at a Hugging Face model folder")
-    try:
-        cfg = json.loads(cfg_path.read_text())
-    except (OSError, ValueError) as e:
-        raise UserError(f"--model {path}: config.json is not valid JSON ({e})") from None
-    if not isinstance(cfg, dict):
-        raise UserError(f"--model {path}: config.json must hold a JSON object")
+    from throughputlab.files import expect_mapping, read_json
+
+    source = f"--model {path}: its config.json"
+    cfg = expect_mapping(read_json(cfg_path, "a Hugging Face model config (JSON)", source), source,
+                         "a JSON object (a model config)")
     has_weights = any(any(Path(path).glob(p)) for p in WEIGHT_PATTERNS)
     if not random_weights and not has_weights:
         raise UserError(f"--model {path}: the folder has no weights; pass --random-weights to measure with random weights")
