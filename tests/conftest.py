@@ -12,7 +12,14 @@ import pytest
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 
 
+TIERS_BEYOND_QUICK = ("slow", "vllm", "browser", "gpu")
+
+
 def pytest_collection_modifyitems(config, items):
+    # The quick tier (`pytest -m quick`): every test that no heavier tier claims.
+    for item in items:
+        if not any(name in item.keywords for name in TIERS_BEYOND_QUICK):
+            item.add_marker(pytest.mark.quick)
     try:
         import torch
 

@@ -20,6 +20,7 @@ def gen():
     b.close()
 
 
+@pytest.mark.slow
 def test_static_batch_emits_exactly_output_len_tokens(gen):
     s = gen.run(3, 8, 5)
     assert s.output_tokens == 15
@@ -29,6 +30,7 @@ def test_static_batch_emits_exactly_output_len_tokens(gen):
     assert gen.cache_kind == "static"
 
 
+@pytest.mark.slow
 def test_decode_loop_matches_transformers_greedy_generate(gen):
     """The timed loop with its preallocated cache produces the same tokens as model.generate."""
     g = torch.Generator().manual_seed(123)
@@ -61,6 +63,7 @@ def test_overhead_probe_runs_the_same_requests_through_the_narrowed_network(gen)
     assert n_probe < 0.4 * n_model
 
 
+@pytest.mark.slow
 def test_hf_engine_args_choose_attention_and_the_probe():
     b = HFGenerationBackend(resolve_model("tiny"), dtype="float32", device="cpu",
                             engine_args={"attn_implementation": "sdpa", "overhead_probe": False})
@@ -83,6 +86,7 @@ def test_peak_memory_is_reported_on_cpu(gen):
     assert peak is not None and peak > 10 * 2**20
 
 
+@pytest.mark.slow
 def test_training_step_times_phases_and_learns():
     b = TorchTrainingBackend(resolve_model("tiny"), dtype="float32", device="cpu", seed=0, lr=1e-3)
     b.start()
@@ -98,6 +102,7 @@ def test_training_step_times_phases_and_learns():
         b.close()
 
 
+@pytest.mark.slow
 def test_real_cpu_oom_is_recorded_and_largest_fit_found(tmp_path):
     """A micro-batch whose activations exceed RAM fails at once in the CPU allocator: recorded as oom."""
     b = TorchTrainingBackend(resolve_model("tiny"), dtype="float32", device="cpu", seed=0)
@@ -119,6 +124,7 @@ def test_real_cpu_oom_is_recorded_and_largest_fit_found(tmp_path):
     assert sum(1 for s in status.values() if s == "oom") >= 2  # the bounded bisection ran
 
 
+@pytest.mark.slow
 def test_effective_lr_is_recorded_when_asked(tmp_path):
     b = TorchTrainingBackend(resolve_model("tiny"), dtype="float32", device="cpu", seed=0, lr=1e-3,
                              track_effective_lr=True)

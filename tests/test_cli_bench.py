@@ -21,6 +21,7 @@ FAST = ["--model", "tiny", "--prompt-len", "8", "--output-len", "4", "--seq-len"
         "--warmup", "1", "--no-telemetry"]
 
 
+@pytest.mark.slow
 def test_help_is_fast_and_lists_commands():
     t = time.perf_counter()
     r = run_cli("--help")
@@ -31,6 +32,7 @@ def test_help_is_fast_and_lists_commands():
     assert time.perf_counter() - t < 15  # no torch/vllm import at start-up (generous on a loaded machine)
 
 
+@pytest.mark.slow
 def test_cli_imports_no_engine():
     code = ("import sys; from throughputlab.cli import cli, COMMANDS\n"
             "from click.testing import CliRunner\n"
@@ -40,6 +42,7 @@ def test_cli_imports_no_engine():
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
+@pytest.mark.slow
 def test_models_lists_presets():
     r = run_cli("models", "--json")
     rows = json.loads(r.stdout)
@@ -49,6 +52,7 @@ def test_models_lists_presets():
     assert moe["params_active"] < moe["params_total"] / 5
 
 
+@pytest.mark.slow
 def test_hardware_describes_cpu_and_measures():
     r = run_cli("hardware", "--device", "cpu", "--json")
     assert r.returncode == 0, r.stderr
@@ -59,6 +63,7 @@ def test_hardware_describes_cpu_and_measures():
     assert mb["gemv_bandwidth_bytes_per_s"] > 1e8 and mb["gemv_bytes"] >= 2**28  # beyond the caches
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args,fragments", [
     (["bench", "--model", "/nonexistent/model"], ["no such model folder"]),
     (["bench", "--model", "qwen2.5-7"], ["unknown preset", "did you mean qwen2.5-7b"]),
@@ -77,6 +82,7 @@ def test_bad_input_is_one_line_exit_2(args, fragments, tmp_path):
     assert_user_error(run_cli(*args, cwd=tmp_path), *fragments)
 
 
+@pytest.mark.slow
 def test_a_phase_skipped_by_only_notes_its_unused_flags(tmp_path):
     r = run_cli("bench", "-m", "tiny", "--only", "gen", "-b", "1,2", "--seq-len", "32", "--print-spec", cwd=tmp_path)
     assert r.returncode == 0 and "note: --batch-sizes, --seq-len not used: --only gen skips the training sweep" \
@@ -85,6 +91,7 @@ def test_a_phase_skipped_by_only_notes_its_unused_flags(tmp_path):
     assert r.returncode == 0 and "note:" not in r.stderr and "contexts: [32, 64]" in r.stdout
 
 
+@pytest.mark.slow
 def test_missing_model_folder_weights(tmp_path):
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 64,
@@ -93,6 +100,7 @@ def test_missing_model_folder_weights(tmp_path):
     assert_user_error(run_cli("bench", "--model", str(tmp_path / "m"), cwd=tmp_path), "--random-weights")
 
 
+@pytest.mark.slow
 def test_broken_profiles_are_one_line_errors(tmp_path):
     trunc = tmp_path / "t.json"
     trunc.write_text('{"schema_version": 1, "kind": "meas')
@@ -102,6 +110,7 @@ def test_broken_profiles_are_one_line_errors(tmp_path):
     assert_user_error(run_cli("export", str(old)), "schema_version 0")
 
 
+@pytest.mark.slow
 def test_bench_writes_profile_export_and_refuses_overwrite(tmp_path):
     out = tmp_path / "p.json"
     r = run_cli("bench", *FAST, "-c", "1,2,4", "-b", "1,2", "-o", str(out))
@@ -136,6 +145,7 @@ def test_bench_writes_profile_export_and_refuses_overwrite(tmp_path):
     assert_user_error(run_cli("bench", *FAST, "-o", str(out)), "exists", "--resume")
 
 
+@pytest.mark.slow
 def test_kill_9_keeps_points_and_resume_finishes_without_remeasuring(tmp_path):
     out = tmp_path / "k.json"
     args = [sys.executable, "-m", "throughputlab", "bench", *FAST, "--only", "gen", "--output-len", "24",
@@ -174,6 +184,7 @@ def test_kill_9_keeps_points_and_resume_finishes_without_remeasuring(tmp_path):
     assert not list(tmp_path.glob(".k.json.*"))  # at most a stale temp file from the kill... none after resume
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_different_model(tmp_path):
     out = tmp_path / "p.json"
     assert run_cli("bench", *FAST, "--only", "train", "-b", "1", "-o", str(out)).returncode == 0
@@ -182,6 +193,7 @@ def test_resume_refuses_a_different_model(tmp_path):
 
 
 
+@pytest.mark.slow
 def test_a_run_that_fails_before_its_first_point_leaves_no_profile(tmp_path):
     """A mistake caught at the engine's start writes nothing, so the corrected command runs
     without --force; a profile being resumed is kept whatever happens."""
@@ -196,6 +208,7 @@ def test_a_run_that_fails_before_its_first_point_leaves_no_profile(tmp_path):
     assert len(Profile.load(out).training) == len(before.training) == 1
 
 
+@pytest.mark.slow
 def test_bench_rounds_revisit_every_point(tmp_path):
     out = tmp_path / "r.json"
     r = run_cli("bench", "--model", "tiny", "--prompt-len", "8", "--output-len", "4", "--seq-len", "16",
@@ -208,6 +221,7 @@ def test_bench_rounds_revisit_every_point(tmp_path):
         assert len(p.samples) == 4 + 2 * p.remeasured  # two visits of two runs, plus any re-measurement
 
 
+@pytest.mark.slow
 def test_cpu_bench_runs_under_a_caching_allocator_unless_told_not_to(tmp_path):
     from throughputlab import allocator
 
@@ -301,6 +315,7 @@ telemetry:
 """
 
 
+@pytest.mark.slow
 def test_spec_file_drives_the_run_and_is_stored(tmp_path):
     spec = tmp_path / "sweep.yaml"
     spec.write_text(SPEC_YAML)
@@ -316,6 +331,7 @@ def test_spec_file_drives_the_run_and_is_stored(tmp_path):
     assert all(p.telemetry is None for p in prof.generation)
 
 
+@pytest.mark.slow
 def test_precedence_defaults_file_flags_set(tmp_path):
     spec = tmp_path / "sweep.json"  # JSON by its suffix
     spec.write_text(json.dumps({"model": "tiny", "only": "gen", "telemetry": {"enabled": False},
@@ -334,6 +350,7 @@ def test_precedence_defaults_file_flags_set(tmp_path):
     assert point.prompt_len == 8 and point.rounds == 1 and len(point.samples) == 2 + 2 * point.remeasured
 
 
+@pytest.mark.slow
 def test_set_with_dotted_keys_and_yaml_values(tmp_path):
     out = tmp_path / "p.json"
     r = run_cli("bench", *FAST, "--only", "train", "--set", "training.micro_batches=[2, 1]",
@@ -344,6 +361,7 @@ def test_set_with_dotted_keys_and_yaml_values(tmp_path):
     assert prof.spec.training.micro_batches == [1, 2]
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_changed_prompt_length(tmp_path):
     out = tmp_path / "p.json"
     assert run_cli("bench", *FAST, "--only", "gen", "-c", "1", "-o", str(out)).returncode == 0
@@ -353,6 +371,7 @@ def test_resume_refuses_a_changed_prompt_length(tmp_path):
     assert out.read_text() == before  # nothing added at another length
 
 
+@pytest.mark.slow
 def test_points_of_one_sample_are_noted(tmp_path):
     out = tmp_path / "p.json"
     r = run_cli("bench", *FAST, "--only", "train", "-b", "1", "--repeats", "1", "-o", str(out))
@@ -362,6 +381,7 @@ def test_points_of_one_sample_are_noted(tmp_path):
     assert r.returncode == 0 and "one sample" not in r.stdout
 
 
+@pytest.mark.slow
 def test_resume_with_more_rounds_adds_samples_to_every_stored_point(tmp_path):
     """`--resume --rounds N` gives each stored point the rounds it lacks: its earlier samples are
     kept, and the first visit of a process that measured nothing new warms up first."""
@@ -381,6 +401,7 @@ def test_resume_with_more_rounds_adds_samples_to_every_stored_point(tmp_path):
     assert_user_error(run_cli("bench", "--resume", "--rounds", "2", "-o", str(out)), "measurement.rounds")
 
 
+@pytest.mark.slow
 def test_resume_extends_the_measured_axes_without_measuring_again(tmp_path):
     """A -c, --contexts or -b list that keeps every stored value adds the others: the new points are
     measured, the stored ones keep their samples, and the spec lists the grown axes."""
@@ -408,6 +429,7 @@ def test_resume_extends_the_measured_axes_without_measuring_again(tmp_path):
     assert Profile.load(out).generation == prof.generation
 
 
+@pytest.mark.slow
 def test_resume_of_an_old_profile_checks_its_settings(tmp_path):
     """Profiles written before the spec existed are checked on what their settings recorded."""
     old = tmp_path / "old.json"
@@ -417,12 +439,14 @@ def test_resume_of_an_old_profile_checks_its_settings(tmp_path):
     assert_user_error(r, "prompt_len", "64", "256")
 
 
+@pytest.mark.slow
 def test_resume_of_a_missing_file_is_refused(tmp_path):
     out = tmp_path / "never.json"
     assert_user_error(run_cli("bench", *FAST, "-o", str(out), "--resume"), "nothing to resume", "drop --resume")
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_bare_resume_continues_with_the_stored_settings(tmp_path):
     out = tmp_path / "p.json"
     assert run_cli("bench", *FAST, "--only", "gen", "-c", "1,2,3", "-o", str(out)).returncode == 0
@@ -441,6 +465,7 @@ def test_bare_resume_continues_with_the_stored_settings(tmp_path):
     assert len(prof.generation[2].samples) == 2 + 2 * prof.generation[2].remeasured  # the stored repeats
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("text,fragments", [
     ("generation:\n  promt_len: 8\n", ["unknown key generation.promt_len", "did you mean generation.prompt_len"]),
     ("measurement:\n  rounds: many\n", ["measurement.rounds", "integer", "'many'"]),
@@ -454,6 +479,7 @@ def test_bad_spec_files_are_one_line_errors(tmp_path, text, fragments):
     assert not (tmp_path / "o.json").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("item,fragments", [
     ("generation.prompt_len", ["KEY=VALUE"]),
     ("prompt_len=8", ["unknown key prompt_len", "did you mean generation.prompt_len"]),
@@ -465,6 +491,7 @@ def test_bad_set_is_a_one_line_error(tmp_path, item, fragments):
     assert_user_error(run_cli("bench", "--set", item, "-o", str(tmp_path / "o.json")), "--set", *fragments)
 
 
+@pytest.mark.slow
 def test_print_spec_is_a_valid_spec_file(tmp_path):
     r = run_cli("bench", "--print-spec", "-m", "tiny", "--set", "measurement.rounds=1")
     assert r.returncode == 0, r.stderr
@@ -476,6 +503,7 @@ def test_print_spec_is_a_valid_spec_file(tmp_path):
     assert "concurrency: [1, 2, 4, 8, 16, 32, 64]" in r.stdout
 
 
+@pytest.mark.slow
 def test_context_and_sequence_length_axes_measure_every_pair_and_skip_what_cannot_run(tmp_path):
     """`bench --contexts 8,32,5000 --seq-lens 16,32`: each concurrency at each prompt length and each
     micro-batch at each sequence length; the context past the model's 2,048 positions is skipped."""

@@ -14,6 +14,7 @@ RENAME_NOTICE = ("`past_key_values` is deprecated and will be removed in version
                  "`LlamaForCausalLM.forward`. Use `cache` instead.")
 
 
+@pytest.mark.slow
 def test_export_of_a_binary_file_is_a_user_error(tmp_path):
     bad = tmp_path / "not-text.json"
     bad.write_bytes(b"\xff\xfe\x00{\x89PNG")
@@ -22,6 +23,7 @@ def test_export_of_a_binary_file_is_a_user_error(tmp_path):
     assert not list(tmp_path.glob("*.csv"))
 
 
+@pytest.mark.slow
 def test_bench_output_has_no_transformers_deprecations(tmp_path):
     r = run_cli("bench", *FAST_GEN, "-o", str(tmp_path / "p.json"))
     assert r.returncode == 0, r.stderr
@@ -46,6 +48,7 @@ def _warn_on_forward(model, message):
     return model.register_forward_pre_hook(lambda module, args: warnings.warn(message, FutureWarning))
 
 
+@pytest.mark.slow
 def test_decode_silences_only_the_cache_rename_notice(hf_backend):
     # Whatever transformers is installed, the model's forward gives the 5.24 notice here.
     handle = _warn_on_forward(hf_backend.model, RENAME_NOTICE)

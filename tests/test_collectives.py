@@ -215,6 +215,7 @@ def test_bad_arguments_name_the_option():
 # ---------------------------------------------------------------- real runs
 
 
+@pytest.mark.slow
 def test_two_gloo_ranks_measure_three_ops(watch_tree):
     sizes = [4096, 65536, 262144]
     watch = watch_tree(os.getpid())
@@ -241,6 +242,7 @@ def test_two_gloo_ranks_measure_three_ops(watch_tree):
     assert not watch.survivors(), watch.survivors()
 
 
+@pytest.mark.slow
 def test_timeout_kills_the_launcher_and_ranks(watch_tree):
     t0 = time.monotonic()
     watch = watch_tree(os.getpid())
@@ -251,6 +253,7 @@ def test_timeout_kills_the_launcher_and_ranks(watch_tree):
     assert not watch.survivors(), watch.survivors()
 
 
+@pytest.mark.slow
 def test_killed_rank_gives_a_clear_error_and_leaves_nothing(watch_tree):
     killed = {}
 
@@ -291,6 +294,7 @@ def _end_caller(caller: subprocess.Popen) -> None:
             caller.communicate()
 
 
+@pytest.mark.slow
 def test_ctrl_c_leaves_nothing(watch_tree):
     caller = _start_caller()
     try:
@@ -304,6 +308,7 @@ def test_ctrl_c_leaves_nothing(watch_tree):
     assert not watch.survivors(), watch.survivors()
 
 
+@pytest.mark.slow
 def test_killed_caller_leaves_nothing(watch_tree):
     caller = _start_caller()
     try:
@@ -357,6 +362,7 @@ def test_gpu_topology_without_a_driver_falls_back():
         assert g.source == "unavailable" and g.note and not g.pairs
 
 
+@pytest.mark.slow
 def test_hardware_command_records_the_collectives_and_a_fit_uses_them(tmp_path):
     """`throughputlab hardware --collectives 2 -o hw.json`: the record carries the benchmark and
     the topology; a profile whose hardware holds it gets the measured rates in its model."""

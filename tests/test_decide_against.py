@@ -184,6 +184,7 @@ def test_lengths_from_log_match_the_logged_clip_ratio_and_mean(tmp_path):
 # ---------------------------------------------------------------- bad input
 
 
+@pytest.mark.slow
 def test_a_log_without_timing_keys_is_one_line_exit_2(profile, tmp_path):
     log = tmp_path / "val.jsonl"
     log.write_text('{"step": 1, "data": {"val-core/reward/mean@1": 0.2}}\n')

@@ -141,6 +141,7 @@ def run_cli(args, capsys):
     return e.value.code, out.out, out.err
 
 
+@pytest.mark.slow
 def test_cli_end_to_end_with_spec_file(fake_profile, tmp_path, capsys):
     curves = write_curves(tmp_path / "c.csv", [(16, 1e-6, 3e4), (32, 1.41e-6, 3e4), (64, 1e-6, 9e4)])
     spec = tmp_path / "shape.yaml"
@@ -158,6 +159,7 @@ def test_cli_end_to_end_with_spec_file(fake_profile, tmp_path, capsys):
     assert "Throughput gain against samples penalty" in html and "Learning curves" in html
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case,needle", [
     ("missing", "lacks column(s)"),
     ("never", "never reached"),
@@ -178,6 +180,7 @@ def test_cli_malformed_curves_one_line_exit_2(fake_profile, tmp_path, capsys, ca
     assert needle in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_cli_target_not_reached_by_one_configuration_is_not_a_number(fake_profile, tmp_path, capsys):
     p = write_curves(tmp_path / "c.csv", [(16, 1e-6, 1e4), (32, 1e-6, 1e7)], until=4e4)
     code, out, err = run_cli(["--profile", fake_profile, "--prompts", "4,8", "--group", 4, "--prompt-len", 64,
@@ -190,6 +193,7 @@ def test_cli_target_not_reached_by_one_configuration_is_not_a_number(fake_profil
     assert row["nstar_status"] == "not reached"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args,needle", [
     (["--prompts", "4,x"], "--prompts"),
     (["--response-dist", "fixed:len=16", "--response-lengths", "f.txt"], "not both"),
@@ -221,6 +225,7 @@ def test_note_says_when_rollouts_read_far_more_cached_tokens_than_were_measured(
         assert not any(n.startswith("context:") for n in decide(spec, m).notes)
 
 
+@pytest.mark.slow
 def test_fit_records_the_most_cached_tokens_a_measured_step_read():
     from throughputlab.fit import fit_profile
     from throughputlab.profile import Profile
@@ -234,6 +239,7 @@ def test_fit_records_the_most_cached_tokens_a_measured_step_read():
         max(p.concurrency * (p.prompt_len + p.output_len / 2) for p in ok))
 
 
+@pytest.mark.slow
 def test_a_profile_whose_compute_rate_is_a_floor_is_said_to_favour_small_batches(tmp_path):
     from _synth import make_profile
     from throughputlab.decide.calculator import decide_from_spec
@@ -251,6 +257,7 @@ def test_a_profile_whose_compute_rate_is_a_floor_is_said_to_favour_small_batches
     assert "only a floor" not in notes((1, 2, 4, 8, 16, 32, 64))
 
 
+@pytest.mark.slow
 def test_a_generation_only_profile_asks_for_a_training_profile(tmp_path):
     from _synth import make_profile
     from throughputlab.decide.calculator import decide_from_spec

@@ -66,6 +66,7 @@ def test_the_step_reports_the_saving_against_full_rollouts():
     assert StepModel(model(), shape.model_copy(update={"partial_rollout": 0.0})).step(32, 4).partial is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value", ["-0.1", "1.5", "nan"])
 def test_bad_over_provisioning_is_a_one_line_error(tmp_path, value):
     r = run_cli("decide", "--profile", str(tmp_path / "none.json"), "--prompts", "8", "--partial-rollout", value)

@@ -26,6 +26,7 @@ def test_split_batch_and_weights_average_to_the_global_mean(b, n, expected):
             assert loss_weight(c, b, n) / c / n == pytest.approx(1 / b)
 
 
+@pytest.mark.slow
 def test_torchrun_command_on_one_machine_and_on_several(tmp_path):
     job = tmp_path / "job.json"
     one = torchrun_command(job, DistributedSpec(nproc_per_node=2), python="py")

@@ -182,6 +182,7 @@ def test_end_to_end_knee_balances_memory_and_compute():
 PROBE = {"hidden_size": 64, "intermediate_size": 64}
 
 
+@pytest.mark.slow
 def test_overhead_probe_separates_fixed_and_per_sequence_costs_from_the_roofline():
     true = {**TRUE, "t0": 10e-3, "t_seq": 1e-3}
     prof = make_profile(concurrencies=CS, true=true, noise=0.005, seed=5, micro_batches=(), probe=PROBE)
@@ -237,6 +238,7 @@ def test_concurrency_past_knee_doubles_the_top_to_twice_the_knee():
     assert concurrency_past_knee([], 3.0) is None
 
 
+@pytest.mark.slow
 def test_fit_prints_the_resume_that_measures_past_an_extrapolated_knee(tmp_path):
     """A sweep that stops below its knee gets the exact `bench --resume` to run (the path quoted
     for a shell). A sweep that reaches the knee, or one whose knee is a range (BW not identified),
@@ -289,6 +291,7 @@ def test_a_stored_fit_older_than_the_points_is_not_used(caplog):
     assert load_fit(later) is None
 
 
+@pytest.mark.slow
 def test_single_sample_points_get_jacobian_intervals_not_a_zero_width_bootstrap():
     prof = make_profile(repeats=1, probe=PROBE, noise=0.02)
     r = fit_profile(prof, bootstrap=50)

@@ -23,6 +23,7 @@ def _fit(prof):
     return r.generation.model_dump(), r.model
 
 
+@pytest.mark.slow
 def test_per_kernel_truth_is_fitted_with_the_per_kernel_form_and_its_attention_bandwidth():
     true = {**TRUE, "bw_attn": 3e9}  # the KV reads four times slower than the weight stream
     gen, model = _fit(_grid(true))
@@ -38,6 +39,7 @@ def test_per_kernel_truth_is_fitted_with_the_per_kernel_form_and_its_attention_b
     assert 0.3 < share < 1.0
 
 
+@pytest.mark.slow
 def test_summed_truth_keeps_todays_form_and_says_the_per_kernel_one_was_not_kept():
     gen, model = _fit(_grid(TRUE))
     assert gen["form"] in ("max", "smooth") and "split" in gen["form_loo_mean_abs_error"]
@@ -68,6 +70,7 @@ def test_per_kernel_step_is_slower_than_the_summed_one_at_large_concurrency_and_
 
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("contexts", [(64,), (64, 256, 512)])
 def test_kv_reads_at_the_probes_read_bandwidth_where_the_fit_would_carry_a_faster_one(contexts):
     """The weights' fitted BW (t0 and W/BW not separately identified, caches) can exceed what the

@@ -99,6 +99,7 @@ def test_with_the_probe_t0_and_bw_stay_identified():
     assert g.knee_range is None and g.knee_note.startswith("knee at concurrency")
 
 
+@pytest.mark.slow
 def test_bandwidth_above_the_microbenchmarks_is_not_identified():
     # true BW 12 GB/s; the probe measured 6 GB/s (copy) and 5 GB/s (matrix-vector)
     true = {**TRUE, "t0": 10e-3, "t_seq": 1e-3}

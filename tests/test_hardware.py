@@ -25,6 +25,7 @@ def test_microbench_measures_copy_matrix_vector_and_matmul():
     assert mb.gemv_bandwidth_bytes_per_s > 1e8 and mb.copy_bandwidth_bytes_per_s > 1e8
 
 
+@pytest.mark.slow
 def test_fit_summary_sets_bandwidth_against_copy_and_matrix_vector():
     prof = make_profile(seed=3)
     prof.hardware.microbench = MicroBench(dtype="float32", copy_bandwidth_bytes_per_s=14e9, matmul_flops_per_s=70e9,
@@ -41,6 +42,7 @@ def test_fit_summary_sets_bandwidth_against_copy_and_matrix_vector():
 
 
 
+@pytest.mark.slow
 def test_the_probe_hands_back_what_its_benchmarks_freed_under_tcmalloc():
     """A caching allocator keeps the micro-benchmarks' freed buffers (about 500 MiB here); the
     first point's peak RSS would count them unless the probe releases them."""

@@ -60,6 +60,7 @@ def test_merge_keeps_frame_indices_straight(tmp_path):
     assert dict(top) == {"g (b.py)": pytest.approx(2 / 3, abs=1e-3), "f (a.py)": pytest.approx(1 / 3, abs=1e-3)}
 
 
+@pytest.mark.slow
 @needs_pyspy
 def test_records_this_process_and_its_children(tmp_path):
     child = subprocess.Popen([sys.executable, "-c", CHILD])

@@ -143,6 +143,7 @@ def test_guidellm_older_report_layout(target, tmp_path):
 # ---------------------------------------------------------------- through the CLI: load, fit, report
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cmd,source", [("vllm-bench", SWEEP), ("guidellm", DATA / "guidellm_benchmarks.json")])
 def test_import_fit_report(tmp_path, cmd, source):
     out = tmp_path / "imported.json"
@@ -165,6 +166,7 @@ def test_import_fit_report(tmp_path, cmd, source):
     assert "qwen2.5-7b" in text and "imported from" in text
 
 
+@pytest.mark.slow
 def test_import_refuses_to_overwrite(tmp_path):
     out = tmp_path / "p.json"
     out.write_text("{}")
@@ -237,6 +239,7 @@ VLLM_BAD = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(VLLM_BAD))
 def test_vllm_bench_bad_input_one_line_error(tmp_path, case):
     make, extra, fragments = VLLM_BAD[case]
@@ -265,6 +268,7 @@ GUIDELLM_BAD = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(GUIDELLM_BAD))
 def test_guidellm_bad_input_one_line_error(tmp_path, case):
     make, fragments = GUIDELLM_BAD[case]

@@ -92,6 +92,7 @@ def test_repeated_step_keeps_the_later_record(tmp_path):
     assert next(s for s in log.steps if s.step == 3).phases_s["gen"] == 500.0
 
 
+@pytest.mark.slow
 def test_cli_prints_phases_and_writes_json(tmp_path):
     out = tmp_path / "phases.json"
     r = run_cli("import", "runlog", str(DATA / "verl_metrics.jsonl"), "--json", str(out))
@@ -145,6 +146,7 @@ BAD = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(BAD))
 def test_bad_run_log_one_line_error(tmp_path, case):
     make, extra, fragments = BAD[case]

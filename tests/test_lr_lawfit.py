@@ -98,6 +98,7 @@ def run_cli(args, capsys):
     return e.value.code, out.out, out.err
 
 
+@pytest.mark.slow
 def test_cli_fit_writes_json_and_html(tmp_path, capsys):
     csv = tmp_path / "sweep.csv"
     synthetic_sweep(NS, DS, gamma_n=0.04, gamma_d=0.04, seed=0, **TRUE).to_csv(csv, index=False)
@@ -111,6 +112,7 @@ def test_cli_fit_writes_json_and_html(tmp_path, capsys):
     assert "Learning-rate law" in html and "plotly" in html.lower()
 
 
+@pytest.mark.slow
 def test_cli_fit_missing_columns_exit_2(tmp_path, capsys):
     csv = tmp_path / "bad.csv"
     csv.write_text("params,lr,loss\n1e8,1e-3,2.5\n")
@@ -119,11 +121,13 @@ def test_cli_fit_missing_columns_exit_2(tmp_path, capsys):
     assert "tokens" in err and "--columns" in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_cli_fit_missing_file_exit_2(tmp_path, capsys):
     code, _, err = run_cli(["lr", "fit", str(tmp_path / "nope.csv")], capsys)
     assert code == 2 and "not found" in err
 
 
+@pytest.mark.slow
 def test_cli_fit_bad_values_exit_2(tmp_path, capsys):
     csv = tmp_path / "neg.csv"
     csv.write_text("params,tokens,lr,loss\n1e8,1e9,-1e-3,2.5\n")

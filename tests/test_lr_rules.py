@@ -50,6 +50,7 @@ def test_bad_input_raises_user_error(args, needle):
         scale_lr(*args)
 
 
+@pytest.mark.slow
 def test_cli_scale(capsys):
     code, out, _ = run_cli(["lr", "scale", "--lr", "1e-6", "--from-batch", "1024", "--to-batch", "8192",
                             "--rule", "sqrt"], capsys)
@@ -58,6 +59,7 @@ def test_cli_scale(capsys):
     assert "SDE" in out and "beta1 0.2" in out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args,needle", [
     (["--lr", "1e-6", "--from-batch", "-1024", "--to-batch", "8192"], "--from-batch"),
     (["--lr", "1e-6", "--from-batch", "1024", "--to-batch", "8192", "--rule", "sqr"], "did you mean 'sqrt'"),

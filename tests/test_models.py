@@ -82,6 +82,7 @@ def test_missing_folder_and_folder_errors(tmp_path):
         resolve_model(str(tmp_path), random_weights=True)
 
 
+@pytest.mark.slow
 def test_unreachable_hub_id_is_one_line(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(UserError) as e:

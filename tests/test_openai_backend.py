@@ -117,6 +117,7 @@ def test_kv_tokens_from_prometheus_text():
     assert kv_tokens_from_metrics("other_metric 1.0") is None
 
 
+@pytest.mark.slow
 def test_unreachable_url_is_one_line(tmp_path):
     port = free_port()  # nothing listens there
     r = run_cli("bench", "--backend", "openai", "--url", f"http://127.0.0.1:{port}/v1", "--model", "tiny",

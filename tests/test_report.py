@@ -54,6 +54,7 @@ def test_overlay_of_measured_and_predicted(measured):
     assert len(colors) == 2  # one color per profile
 
 
+@pytest.mark.slow
 def test_profile_text_is_escaped_everywhere():
     p = make_profile(concurrencies=(1, 2, 4, 8), micro_batches=(1, 2, 4), name=EVIL)
     p.notes.append("</table><script>alert(1)</script>")
@@ -130,6 +131,7 @@ def test_points_table_shows_a_few_telemetry_figures_not_the_raw_dump():
     assert points_tables(p, None)[0][1]["telemetry"].iloc[0].endswith("throttled: sw_thermal_slowdown")
 
 
+@pytest.mark.slow
 def test_report_without_a_stored_fit_fits_with_the_fit_commands_defaults_and_says_so(monkeypatch):
     import throughputlab.fit.run as run
     from throughputlab.fit.schema import DEFAULT_BOOTSTRAP
@@ -143,6 +145,7 @@ def test_report_without_a_stored_fit_fits_with_the_fit_commands_defaults_and_say
     assert "no stored fit; fitted now with `throughputlab fit`&#x27;s defaults" in html
 
 
+@pytest.mark.slow
 def test_summary_fit_and_report_state_one_largest_micro_batch(measured):
     from throughputlab.fit import load_fit, summary_lines
     from throughputlab.fit.schema import micro_batch_statement
@@ -169,6 +172,7 @@ def test_the_environment_table_leaves_out_engine_figures_the_engine_does_not_hav
     assert row == "vllm 0.32; KV cache tokens 4096; max_num_seqs 64"
 
 
+@pytest.mark.slow
 def test_profiles_of_one_label_are_told_apart_by_their_files(tmp_path):
     from throughputlab.report.profile_report import tell_apart
     from throughputlab.report.figures import profile_label

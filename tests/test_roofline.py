@@ -61,6 +61,7 @@ def test_largest_micro_batch_from_the_memory_line():
     assert rf.max_micro_batch(None, 0.5e9, 8e9) is None and rf.max_micro_batch(2e9, -1.0, 8e9) is None
 
 
+@pytest.mark.slow
 def test_moe_short_context_knee_counts_the_experts_the_batch_touches():
     """With one token's weights the knee of Qwen3-30B-A3B on an H200 came out near 129; the bytes
     grow with the experts touched, so the crossing is about ten times further out."""
@@ -117,6 +118,7 @@ def test_no_module_is_much_over_400_lines():
     assert not long, long
 
 
+@pytest.mark.slow
 def test_fit_schema_imports_no_scipy():
     import subprocess
     import sys

@@ -1,5 +1,6 @@
 """Scratch folders: what a killed run leaves is removed by the next run of the same kind."""
 
+import pytest
 import os
 import signal
 import subprocess
@@ -16,6 +17,7 @@ def _owned_by(path, pid: int, start: str) -> None:
     (path / scratch.OWNER).write_text(f"{pid} {start}\n")
 
 
+@pytest.mark.slow
 def test_a_killed_runs_folder_is_removed_by_the_next_one(tmp_path):
     code = ("import sys, time; from throughputlab import scratch\n"
             f"with scratch.folder({PREFIX!r}, {str(tmp_path)!r}) as d:\n"
@@ -37,6 +39,7 @@ def test_a_killed_runs_folder_is_removed_by_the_next_one(tmp_path):
     assert not os.path.exists(inner)
 
 
+@pytest.mark.slow
 def test_only_folders_of_a_gone_owner_are_removed(tmp_path):
     done = subprocess.Popen([sys.executable, "-c", "pass"])
     done.wait()

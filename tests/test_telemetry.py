@@ -40,6 +40,7 @@ def test_throttle_reason_bits():
     assert throttle_names(0) == []
 
 
+@pytest.mark.slow
 def test_samples_the_process_tree_including_children():
     """A busy child process of the measured pid shows up in CPU utilisation and the process count."""
     child = subprocess.Popen([sys.executable, "-c", BUSY.format(s=3)])
@@ -63,6 +64,7 @@ def test_samples_the_process_tree_including_children():
         assert "gpu_util_pct" in summary.mean and "gpu_mem_used_gib" in summary.mean
 
 
+@pytest.mark.slow
 def test_without_driver_falls_back_to_host():
     if _has_nvml():
         pytest.skip("an NVIDIA driver is present")
@@ -77,6 +79,7 @@ def test_without_driver_falls_back_to_host():
     assert s.source == "host" and not any(k.startswith("gpu_") for k in s.mean)
 
 
+@pytest.mark.slow
 def test_short_point_still_has_a_sample_and_bad_rate_is_refused():
     sampler = TelemetrySampler(lambda: [os.getpid()], hz=10)
     sampler.start()
@@ -95,6 +98,7 @@ while time.time() - t < {s}:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc")
 def test_minor_fault_rate_shows_allocator_churn():
     def rate(code: str) -> float:

@@ -158,6 +158,7 @@ def test_sweep_runner_with_telemetry_and_pyspy(engine, tmp_path):
     assert hp.process_shares and any("EngineCore" in name or "Worker" in name for name, _ in hp.process_shares)
 
 
+@pytest.mark.slow
 def test_engine_arg_mistakes_are_user_errors():
     from throughputlab.backends.vllm_gen import VLLMGenerationBackend
 

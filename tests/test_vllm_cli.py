@@ -21,6 +21,7 @@ pytestmark = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stop", ["ctrl-c", "sigterm", "sigkill"])
 def test_interrupt_after_first_point_leaves_nothing_running(tmp_path, stop):
     import psutil

@@ -94,6 +94,7 @@ def short_tmpdir(monkeypatch):
     shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_two_replicas_measure_together_a_killed_rank_leaves_nothing_and_resume_finishes(tmp_path, monkeypatch,
                                                                                          short_tmpdir):
     from throughputlab.distributed.replicas import run_generation_replicas
@@ -139,6 +140,7 @@ def test_two_replicas_measure_together_a_killed_rank_leaves_nothing_and_resume_f
     assert "terminate called" not in res.log_path.read_text(errors="replace")
 
 
+@pytest.mark.slow
 def test_data_parallel_needs_vllm_and_gen_only(tmp_path):
     for extra, needle in ((["--backend", "hf", "--only", "gen"], "needs --backend vllm"),
                           (["--backend", "vllm"], "add --only gen")):
