@@ -49,13 +49,15 @@ def test_predicted_tp2_engine_reads_half_the_weights_per_device():
     s = 768.0
     d = two.decode
     shard = rf.tp_shard(two.costs, 2)
+    c = two.comm  # the small-tensor regime of the all-reduce (custom all-reduce) applies at one sequence
     expected = d.t0_s + rf.decode_bytes(shard, 1, s) / d.bw_bytes_per_s + rf.tp_comm_s(
-        two.costs, 1, 2, two.comm.tp_busbw_bytes_per_s, two.comm.tp_alpha_s)
+        two.costs, 1, 2, c.tp_busbw_bytes_per_s, c.tp_alpha_s, c.tp_small_alpha_s, c.tp_small_busbw_bytes_per_s)
     assert two.decode_step_s(1, s) == pytest.approx(expected)
     assert 1.6 < one.decode_step_s(1, s) / two.decode_step_s(1, s) < 2.0  # about 2x, less the all-reduces
     assert two.kv_cache_tokens > 2 * one.kv_cache_tokens  # the weights take half of each device
 
 
+@pytest.mark.slow
 def test_predict_on_eight_gpus_fits_the_reference_moe_and_names_the_layout():
     r = run_cli("predict", "--model", "qwen3-30b-a3b", "--gpu", "h200", "--gpus", "8")
     assert r.returncode == 0, r.stderr
@@ -66,6 +68,7 @@ def test_predict_on_eight_gpus_fits_the_reference_moe_and_names_the_layout():
     assert "largest micro-batch that fits: 0" in single.stdout  # one device cannot hold its training state
 
 
+@pytest.mark.slow
 def test_predict_tp2_single_stream_bound_doubles():
     bw = lookup("h100").memory_bandwidth_bytes_per_s
     r = run_cli("predict", "--model", "qwen2.5-72b", "--gpu", "h100", "--tp", "2", "-c", "1")
@@ -75,6 +78,7 @@ def test_predict_tp2_single_stream_bound_doubles():
     assert "per engine of TP 2" in r.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args,fragment", [
     (["--tp", "3", "--gpus", "8"], "--tp 3 does not divide"),
     (["--gpus", "8", "--nodes", "3"], "--nodes 3 does not divide --gpus 8"),
@@ -87,5 +91,6 @@ def test_bad_layouts_get_one_line_errors(args, fragment):
     assert_user_error(run_cli("predict", "--model", "qwen2.5-7b", "--gpu", "h100", *args), fragment)
 
 
+@pytest.mark.slow
 def test_layout_flags_need_an_analytic_prediction(tmp_path):
     assert_user_error(run_cli("predict", "--profile", str(tmp_path / "p.json"), "--tp", "2"), "go with --model")

@@ -63,11 +63,11 @@ def test_hand_checked_values():
     assert gb200.memory_bandwidth_bytes_per_s == pytest.approx(576e12 / 72)  # NVL72 rack total / 72
     assert peak_flops(gb200, "bf16") == pytest.approx(360e15 / 72 / 2)  # rack sparse / 72 GPUs / 2
     assert peak_flops(gb200, "fp8") == pytest.approx(5000 * T)
-    assert gb200.memory_bytes == 186 * 10**9
+    assert gb200.memory_bytes == 189471 * 2**20  # nvidia-smi's MiB, not the page's 186 GB per GPU
     assert "derived" in gb200.source
 
     h20 = lookup("NVIDIA H20")
-    assert (h20.memory_bandwidth_bytes_per_s, peak_flops(h20, "bf16"), h20.memory_bytes) == (4000 * G, 148 * T, 96 * 10**9)
+    assert (h20.memory_bandwidth_bytes_per_s, peak_flops(h20, "bf16"), h20.memory_bytes) == (4000 * G, 148 * T, 97871 * 2**20)
 
     h800, h100 = lookup("NVIDIA H800"), lookup("NVIDIA H100 80GB HBM3")
     assert h800.flops_per_s == h100.flops_per_s
@@ -78,7 +78,7 @@ def test_hand_checked_values():
     assert lookup("NVIDIA A800 80GB PCIe").memory_bandwidth_bytes_per_s == 1935 * G
 
     mi325 = lookup("AMD Instinct MI325X")
-    assert (mi325.memory_bandwidth_bytes_per_s, mi325.memory_bytes) == (6000 * G, 256 * 10**9)
+    assert (mi325.memory_bandwidth_bytes_per_s, mi325.memory_bytes) == (6000 * G, 256 * 2**30)
     assert peak_flops(mi325, "fp8") == pytest.approx(2 * peak_flops(mi325, "bf16"), rel=1e-3)
 
 

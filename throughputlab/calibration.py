@@ -20,7 +20,10 @@ class Efficiencies(BaseModel):
     Defaults are assumptions, stated here and in every predicted profile: about 80% of the
     memory bandwidth in decode (vLLM reaches 70-85% MBU at batch 1 on A100/H100-class GPUs),
     half the dense FLOP/s for decode's skinny matmuls, 60% in prefill, 40% MFU in training
-    (typical of FSDP/Megatron runs), 1 ms of scheduling per decode step, 10 ms per micro-step.
+    (typical of FSDP/Megatron runs), 10 ms per micro-step. A decode step's fixed cost is
+    ``roofline.decode_fixed_s``: 0.55 ms per step plus 16 us of GEMM floors per layer with CUDA graphs
+    (cited there), more per layer in eager mode. Tensor-parallel all-reduces: the published
+    latencies and bus bandwidths of ``roofline.devices`` (a small-tensor regime and a large one).
     The decode attention is its own kernel after the weight GEMMs (the per-kernel form), reading
     the KV cache at ``attention_bw`` of the peak (None: one roofline over the summed bytes).
     ``calibrate`` replaces them with figures measured on another device.
@@ -32,14 +35,17 @@ class Efficiencies(BaseModel):
     decode_phi: float = 0.50
     prefill_phi: float = 0.60
     train_phi: float = 0.40
-    decode_t0_s: float = 1.0e-3
+    decode_t0_s: float = rf.GRAPH_STEP_S  # the step's own fixed cost; predictions add the per-layer ones
+    decode_t0_includes_layers: bool = False  # calibrated: t0 as measured, per-layer costs inside it
     decode_t_seq_s: float = 0.0  # per sequence per decode step (measured only by an overhead probe)
     prefill_t0_s: float = 1.0e-3
     train_t0_s: float = 10e-3
     # collectives: the share of the link's bandwidth nccl-tests' bus bandwidth reaches, the latency
     # of a small collective, and the share of FSDP's collectives hidden under compute by prefetching
     comm_bw: float = 0.80
-    tp_alpha_s: float = 10e-6
+    tp_alpha_s: float = rf.TP_NVLINK_ALPHA_S  # large tensors (NCCL); PCIe links: rf.TP_PCIE_ALPHA_S
+    tp_small_alpha_s: float = rf.TP_SMALL_ALPHA_S  # small tensors on NVLink (custom all-reduce)
+    tp_small_bw_share: float = rf.TP_SMALL_BW_SHARE  # their bus bandwidth, as a share of the link's
     fsdp_alpha_s: float = 20e-6
     fsdp_hidden: float = 0.5
     source: str = "stated defaults (no measurement)"
@@ -53,13 +59,17 @@ class Efficiencies(BaseModel):
                  "decode attention: " + (f"its own kernel after the GEMMs, KV read at {self.attention_bw:.0%} of "
                                          "peak bandwidth" if self.attention_bw else
                                          "one roofline with the GEMMs over the summed bytes and FLOPs"),
-                 f"fixed costs: decode step {self.decode_t0_s * 1e3:.3g} ms, prefill {self.prefill_t0_s * 1e3:.3g} ms, "
-                 f"training micro-step {self.train_t0_s * 1e3:.3g} ms"]
+                 f"fixed costs: decode step {self.decode_t0_s * 1e3:.3g} ms"
+                 + ("" if self.decode_t0_includes_layers else
+                    f" + {rf.GEMMS_PER_LAYER * rf.GEMM_FLOOR_S * 1e6:.3g} us per layer (GEMM floors; eager mode adds its "
+                    "launches per layer)")
+                 + f", prefill {self.prefill_t0_s * 1e3:.3g} ms, training micro-step {self.train_t0_s * 1e3:.3g} ms"]
         if self.decode_t_seq_s:
             lines.append(f"per-sequence cost of a decode step: {self.decode_t_seq_s * 1e3:.3g} ms")
         lines.append(f"collectives: {self.comm_bw:.0%} of the link bandwidth, latency {self.tp_alpha_s * 1e6:.3g} us "
-                     f"(tensor parallel) and {self.fsdp_alpha_s * 1e6:.3g} us (FSDP), "
-                     f"{self.fsdp_hidden:.0%} of FSDP's traffic hidden under compute")
+                     f"(tensor parallel, large; NVLink small tensors {self.tp_small_alpha_s * 1e6:.3g} us at "
+                     f"{self.tp_small_bw_share:.0%} of the link; PCIe {rf.TP_PCIE_ALPHA_S * 1e6:.3g} us) and "
+                     f"{self.fsdp_alpha_s * 1e6:.3g} us (FSDP), {self.fsdp_hidden:.0%} of FSDP's traffic hidden under compute")
         for k, (lo, hi) in self.intervals.items():
             if lo is not None and hi is not None:
                 lines.append(f"{k}: 95% range {lo:.3g} to {hi:.3g}")
@@ -148,6 +158,7 @@ def calibration_from(profile: Profile) -> Efficiencies:
             eff["attention_bw"] = capped("attention_bw", rf.kv_read_rate(d.bw_bytes_per_s, d.bw_attn_bytes_per_s,
                                                                          d.bw_mem_bytes_per_s) / bw_ref)
         fixed("decode_t0_s", "t0_s", m.decode.t0_s)
+        eff["decode_t0_includes_layers"] = eff["decode_t0_s"] != default["decode_t0_s"]
         eff["decode_t_seq_s"] = m.decode.t_seq_s
         eff["prefill_t0_s"] = m.prefill.t0_s if m.prefill else eff["decode_t0_s"]
         eff["prefill_phi"] = capped("prefill_phi", (m.prefill.phi_flops_per_s if m.prefill

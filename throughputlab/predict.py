@@ -26,10 +26,12 @@ from throughputlab.fit.mbu import utilisation
 from throughputlab.fit.schema import FitResult, GenerationFit, ParamEstimate, Peaks
 from throughputlab.hardware.peaks import INTER_NODE_BYTES_PER_S, device_names, link_bandwidth, lookup, peak_flops
 from throughputlab.models.spec import ModelSpec, dtype_bytes
+from throughputlab.predict_engine import EngineOptions, check_parts, engine_lines, resolve, size_kv
 from throughputlab.profile import (
-    Environment, GenPoint, GenPrediction, Hardware, Profile, SweepSettings, TrainPoint, TrainPrediction, now_iso,
+    EngineInfo, Environment, GenPoint, GenPrediction, Hardware, Profile, SweepSettings, TrainPoint, TrainPrediction,
+    now_iso,
 )
-from throughputlab.roofline import ADAM_BYTES_PER_PARAM, VLLM_GPU_MEMORY_UTILIZATION, Costs
+from throughputlab.roofline import ADAM_BYTES_PER_PARAM, Costs
 from throughputlab.throughput import CommParams, DecodeParams, PrefillParams, ThroughputModel, TrainParams
 
 
@@ -71,34 +73,42 @@ def _comm(ds_key: str, layout: Layout, eff: Efficiencies) -> tuple[CommParams, s
     fsdp_bw = link if layout.nodes == 1 else min(link, INTER_NODE_BYTES_PER_S)  # a ring crosses the slowest link
     if layout.nodes > 1:
         source += f"; across nodes {INTER_NODE_BYTES_PER_S / 1e9:.0f} GB/s per GPU (one 400 Gb/s NIC per GPU)"
-    return CommParams(tp_busbw_bytes_per_s=eff.comm_bw * link, tp_alpha_s=eff.tp_alpha_s,
+    pcie = "PCIe" in source  # NCCL alone: no custom all-reduce regime
+    return CommParams(tp_busbw_bytes_per_s=eff.comm_bw * link, tp_alpha_s=rf.TP_PCIE_ALPHA_S if pcie else eff.tp_alpha_s,
+                      tp_small_alpha_s=None if pcie else eff.tp_small_alpha_s,
+                      tp_small_busbw_bytes_per_s=None if pcie else eff.tp_small_bw_share * link,
                       fsdp_busbw_bytes_per_s=eff.comm_bw * fsdp_bw, fsdp_alpha_s=eff.fsdp_alpha_s,
                       fsdp_hidden_share=eff.fsdp_hidden, source=source), source
 
 
 def analytic_model(spec: ModelSpec, gpu: str, dtype: str = "bfloat16", eff: Efficiencies = DEFAULT_EFFICIENCIES,
-                   layout: Layout = Layout()) -> tuple[ThroughputModel, Hardware, Peaks]:
+                   layout: Layout = Layout(), engine: EngineOptions = EngineOptions(), prompt_len: int = 512,
+                   output_len: int = 512) -> tuple[ThroughputModel, Hardware, Peaks]:
     """ThroughputModel from the config and the datasheet row of ``gpu`` scaled by ``eff``, for
     ``layout``: per-device rates, weights and KV sharded over an engine's ``tp`` devices, training
-    state sharded over every device."""
+    state sharded over every device; the engine's KV cache, caps and fixed costs from ``engine``."""
     layout = layout.check()
     ds = lookup(gpu)
     if ds is None:
         raise UserError(f"--gpu {gpu}: no datasheet row for it; known devices are {', '.join(device_names())}")
+    check_parts(spec, ds, layout.gpus, layout.nodes, layout.tp)
+    settings = resolve(engine, spec, ds, layout.tp, prompt_len, output_len)
     bpp = dtype_bytes(dtype)
     phi_peak = peak_flops(ds, dtype)
     if phi_peak is None:
         raise UserError(f"--dtype {dtype}: the {ds.device} datasheet row has no {dtype} figure; "
                         f"use one of {', '.join(ds.flops_per_s)}")
-    costs = Costs.from_spec(spec, bpp)
+    costs = Costs.from_spec(spec, bpp, rf.kv_value_bytes(bpp, settings.kv_cache_dtype))
     bw = eff.decode_bw * ds.memory_bandwidth_bytes_per_s
     mem = float(ds.memory_bytes) if ds.memory_bytes else None
-    kv_tokens = rf.kv_cache_tokens(rf.tp_shard(costs, layout.tp), mem) if mem else None  # per engine
+    settings, kv_tokens = size_kv(settings, costs, layout.tp, mem)  # per engine
+    t0 = rf.decode_fixed_s(spec.num_layers, settings.name, settings.enforce_eager, eff.decode_t0_s,
+                           gemm_floors=not eff.decode_t0_includes_layers)
     comm, _ = _comm(ds.device, layout, eff)
     model = ThroughputModel(
         source="analytic" if eff.source == DEFAULT_EFFICIENCIES.source else "calibrated",
-        costs=costs,
-        decode=DecodeParams(t0_s=eff.decode_t0_s, bw_bytes_per_s=bw, phi_flops_per_s=eff.decode_phi * phi_peak,
+        costs=costs, engine=settings, max_num_seqs=settings.max_num_seqs,
+        decode=DecodeParams(t0_s=t0, bw_bytes_per_s=bw, phi_flops_per_s=eff.decode_phi * phi_peak,
                             t_seq_s=eff.decode_t_seq_s,
                             bw_attn_bytes_per_s=eff.attention_bw * ds.memory_bandwidth_bytes_per_s if eff.attention_bw else None),
         prefill=PrefillParams(t0_s=eff.prefill_t0_s, bw_bytes_per_s=bw, phi_flops_per_s=eff.prefill_phi * phi_peak),
@@ -135,25 +145,23 @@ def _check_lists(concurrency: Sequence[int], micro_batches: Sequence[int], promp
             raise UserError(f"{name} must be a positive integer, got {v}")
 
 
-def _over_kv(model: ThroughputModel, c: int, tokens: int) -> bool:
-    """Whether ``c`` sequences of ``tokens`` each are more than the engine's KV cache holds."""
-    return model.kv_cache_tokens is not None and c * tokens > model.kv_cache_tokens
-
-
 def _predicted_points(model: ThroughputModel, concurrency, prompt_len, output_len, micro_batches, seq_len):
+    """Predicted points; a generation point past the engine's admission runs its admitted sequences at a
+    time and queues the rest (c requests take c/a batches of a: tokens/s flat past a)."""
     gen, train = [], []
     if model.decode is not None:
         for c in concurrency:
-            status, err = "ok", None
-            if _over_kv(model, c, prompt_len + output_len):
-                status, err = "skipped", (f"{c} sequences of {prompt_len + output_len} tokens exceed the KV cache "
-                                          f"({model.kv_cache_tokens} tokens)")
-            td = model.decode_step_s(c, rf.mean_context(prompt_len, output_len))
-            tp = model.prefill_s(c, prompt_len)
-            total = float(rf.static_batch_s(tp, td, output_len, model.gen_overhead_s))
+            a = model.admitted(c, prompt_len, output_len)
+            if a < 1:
+                gen.append(GenPoint(backend="predicted", concurrency=c, prompt_len=prompt_len, output_len=output_len,
+                                    status="skipped", error=f"the KV cache ({model.kv_cache_tokens} tokens) holds no "
+                                                            f"sequence of {prompt_len + output_len} tokens"))
+                continue
+            td = model.decode_step_s(a, rf.mean_context(prompt_len, output_len))
+            tp = model.prefill_s(a, prompt_len)
+            total = float(rf.static_batch_s(tp, td, output_len, model.gen_overhead_s)) * c / a
             gen.append(GenPoint(backend="predicted", concurrency=c, prompt_len=prompt_len, output_len=output_len,
-                                status=status, error=err,
-                                predicted=GenPrediction(total_s=total, prefill_s=tp, decode_step_s=td)))
+                                status="ok", predicted=GenPrediction(total_s=total, prefill_s=tp, decode_step_s=td)))
     if model.train is not None:
         max_b = model.max_micro_batch()
         t = model.train
@@ -226,14 +234,15 @@ def _beyond_measured(profile: Profile, gen_ok, train_ok, gen, train, prompt_len:
 def predict_analytic(spec: ModelSpec, gpu: str, *, dtype: str = "bfloat16", calibrate: Optional[Profile] = None,
                      concurrency: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
                      prompt_len: int = 512, output_len: int = 512, micro_batches: Sequence[int] = (1, 2, 4, 8, 16),
-                     seq_len: int = 2048, layout: Layout = Layout()) -> Profile:
+                     seq_len: int = 2048, layout: Layout = Layout(), engine: EngineOptions = EngineOptions()) -> Profile:
     """A predicted profile of ``spec`` on ``gpu`` from the datasheet, with default or calibrated efficiencies.
 
     With a layout of several devices the generation points are one engine's (``layout.tp``
-    devices) and the training points one device's micro-batch under FSDP over ``layout.gpus``."""
+    devices) and the training points one device's micro-batch under FSDP over ``layout.gpus``;
+    ``engine``: the generation engine's settings (its KV rule, caps and fixed costs)."""
     _check_lists(concurrency, micro_batches, prompt_len, output_len, seq_len)
     eff = calibration_from(calibrate) if calibrate is not None else DEFAULT_EFFICIENCIES
-    model, hw, peaks = analytic_model(spec, gpu, dtype, eff, layout)
+    model, hw, peaks = analytic_model(spec, gpu, dtype, eff, layout, engine, prompt_len, output_len)
     bpp = dtype_bytes(dtype)
     model.train.mem_per_sample_bytes = rf.activation_bytes_per_sequence(spec, seq_len, bpp,
                                                                         layout.activation_checkpointing)
@@ -241,8 +250,9 @@ def predict_analytic(spec: ModelSpec, gpu: str, *, dtype: str = "bfloat16", cali
     act = ("each block's input plus one block's activations per sequence (checkpointing)"
            if layout.activation_checkpointing else "34*S*h bytes per layer and sequence (Korthikanti et al. 2022, "
            "flash attention)")
-    assumptions = eff.describe() + [
-        f"KV cache: {VLLM_GPU_MEMORY_UTILIZATION:.0%} of device memory minus the weights (vLLM's default)",
+    kv_seqs = model.kv_sequences(prompt_len, output_len)
+    assumptions = eff.describe() + engine_lines(model.engine, model.kv_cache_tokens, kv_seqs, prompt_len, output_len) + [
+        "generation: an engine runs min(concurrency, KV-cache sequences, max_num_seqs) at once and queues the rest",
         f"training memory per device: {ADAM_BYTES_PER_PARAM} bytes/parameter (mixed-precision Adam)"
         + (f" sharded over {layout.gpus} devices (FSDP)" if layout.gpus > 1 else "") + f" plus {act} plus fp32 logits",
     ]
@@ -268,9 +278,15 @@ def predict_analytic(spec: ModelSpec, gpu: str, *, dtype: str = "bfloat16", cali
     gen, train = _predicted_points(model, concurrency, prompt_len, output_len, micro_batches, seq_len)
     settings = SweepSettings(dtype=dtype, device="cuda", gen_backend="predicted", train_backend="predicted",
                              prompt_len=prompt_len, output_len=output_len, seq_len=seq_len)
+    st = model.engine
+    info = EngineInfo(name=st.name, kv_cache_tokens=model.kv_cache_tokens, max_concurrency=kv_seqs,
+                      max_num_seqs=st.max_num_seqs, engine_args=st.model_dump(exclude={"name", "kv_rule"}))
     out = Profile(kind="predicted", model=spec, hardware=hw, environment=_environment(), settings=settings,
-                  generation=gen, training=train, notes=[f"analytic prediction for {hw.device_name}", *assumptions])
-    fit.utilisation = utilisation(out, model.costs, peaks)
+                  engine=info, generation=gen, training=train,
+                  notes=[f"analytic prediction for {hw.device_name}", *assumptions])
+    running = [p.model_copy(update={"concurrency": model.admitted(p.concurrency, prompt_len, output_len)})
+               for p in gen]  # utilisation of the batch the engine runs
+    fit.utilisation = utilisation(out.model_copy(update={"generation": running}), model.costs, peaks)
     out.fit = fit.model_dump(mode="json")
     return out
 
@@ -279,17 +295,24 @@ def predict_analytic(spec: ModelSpec, gpu: str, *, dtype: str = "bfloat16", cali
 
 
 def generation_table(model: ThroughputModel, concurrency: Sequence[int], prompt_len: int, output_len: int) -> pd.DataFrame:
-    """Per concurrency: decode step, decode and end-to-end tokens/s, and which roofline term dominates."""
+    """Per concurrency: the sequences the engine runs at once, decode step, decode and end-to-end tokens/s,
+    and the bound: "memory" or "compute" (the roofline term that dominates the step), or the admission
+    cap that holds the rest in the queue ("admission: KV cache", "admission: max_num_seqs")."""
     s = rf.mean_context(prompt_len, output_len)
     rows = []
     for c in concurrency:
-        td = model.decode_step_s(c, s)
-        mem, comp = model.decode_terms_s(c, s)
-        over_kv = _over_kv(model, c, prompt_len + output_len)
-        rows.append({"concurrency": c, "decode_step_ms": td * 1e3, "decode_tokens_per_s": c / td,
-                     "tokens_per_s": model.generation_tokens_per_s(c, prompt_len, output_len),
-                     "prefill_ms": model.prefill_s(c, prompt_len) * 1e3,
-                     "bound": ("memory" if mem >= comp else "compute") + (", over KV cache" if over_kv else "")})
+        a = model.admitted(c, prompt_len, output_len)
+        held = model.admission_bound(c, prompt_len, output_len)
+        if a < 1:
+            rows.append({"concurrency": c, "running": 0, "decode_step_ms": float("nan"), "decode_tokens_per_s": 0.0,
+                         "tokens_per_s": 0.0, "prefill_ms": float("nan"), "bound": held})
+            continue
+        td = model.decode_step_s(a, s)
+        mem, comp = model.decode_terms_s(a, s)
+        rows.append({"concurrency": c, "running": a, "decode_step_ms": td * 1e3, "decode_tokens_per_s": a / td,
+                     "tokens_per_s": model.served_tokens_per_s(c, prompt_len, output_len),
+                     "prefill_ms": model.prefill_s(a, prompt_len) * 1e3,
+                     "bound": held or ("memory" if mem >= comp else "compute")})
     return pd.DataFrame(rows)
 
 

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict
 
 from throughputlab import roofline as rf
 from throughputlab.errors import UserError
-from throughputlab.roofline import Costs
+from throughputlab.roofline import Costs, EngineSettings
 
 
 class DecodeParams(BaseModel):
@@ -71,6 +71,9 @@ class CommParams(BaseModel):
     fsdp_alpha_s: float
     fsdp_hidden_share: float = 0.0  # share of FSDP's collectives hidden under compute
     source: str = ""
+    # small tensor-parallel all-reduces (custom all-reduce): their own latency and bus bandwidth; None: one line
+    tp_small_alpha_s: Optional[float] = None
+    tp_small_busbw_bytes_per_s: Optional[float] = None
 
 
 Part = Literal["decode", "prefill", "train"]
@@ -97,6 +100,7 @@ class ThroughputModel(BaseModel):
     nodes: int = 1
     activation_checkpointing: bool = False
     comm: Optional[CommParams] = None
+    engine: Optional[EngineSettings] = None  # a prediction's engine settings (KV rule, caps, chunked prefill)
 
     @property
     def device_costs(self) -> Costs:
@@ -106,7 +110,9 @@ class ThroughputModel(BaseModel):
     def _tp_comm(self, tokens):
         if self.tp <= 1 or self.comm is None:
             return 0.0
-        return rf.tp_comm_s(self.costs, tokens, self.tp, self.comm.tp_busbw_bytes_per_s, self.comm.tp_alpha_s)
+        c = self.comm
+        return rf.tp_comm_s(self.costs, tokens, self.tp, c.tp_busbw_bytes_per_s, c.tp_alpha_s, c.tp_small_alpha_s,
+                            c.tp_small_busbw_bytes_per_s)
 
     def _fsdp_comm(self, backward: bool = True) -> float:
         if self.train_devices <= 1 or self.comm is None:
@@ -160,9 +166,12 @@ class ThroughputModel(BaseModel):
         return rf.decode_ceiling_tokens_per_s(self.device_costs, s, d.phi_flops_per_s, d.t_seq_s)
 
     def prefill_s(self, c, prompt_len):
+        """Prefill of c prompts; with an engine's chunked-prefill budget, in rf.prefill_chunks steps."""
         pp = self.prefill_rates()
-        return rf.prefill_s(c, prompt_len, self.device_costs, pp.t0_s, pp.bw_bytes_per_s, pp.phi_flops_per_s,
-                            pp.smooth_p) + self._tp_comm(c * prompt_len)
+        n = rf.prefill_chunks(c * prompt_len, self.engine.max_num_batched_tokens if self.engine else None)
+        q1 = c * prompt_len / n
+        return n * (rf.prefill_tokens_s(q1, q1 * prompt_len, self.device_costs, pp.t0_s, pp.bw_bytes_per_s,
+                                        pp.phi_flops_per_s, pp.smooth_p) + self._tp_comm(q1))
 
     def prefill_tokens_s(self, q1, q2):
         pp = self.prefill_rates()
@@ -182,6 +191,24 @@ class ThroughputModel(BaseModel):
                                   self.decode_step_s(c, rf.mean_context(prompt_len, output_len)), output_len,
                                   self.gen_overhead_s)
         return c * output_len / total
+
+    # ---- admission (an engine runs at most min(concurrency, KV-cache sequences, max_num_seqs))
+    def kv_sequences(self, prompt_len: int, output_len: int) -> Optional[int]:
+        """Sequences of prompt + output tokens the KV cache holds to completion; None: capacity unknown."""
+        block = self.engine.block_tokens if self.engine else rf.BLOCK_TOKENS["vllm"]
+        return rf.kv_sequences(self.kv_cache_tokens, prompt_len, output_len, block)
+
+    def admitted(self, c: int, prompt_len: int, output_len: int) -> int:
+        return rf.admitted(c, self.kv_sequences(prompt_len, output_len), self.max_num_seqs)
+
+    def admission_bound(self, c: int, prompt_len: int, output_len: int) -> Optional[str]:
+        return rf.admission_bound(c, self.kv_sequences(prompt_len, output_len), self.max_num_seqs)
+
+    def served_tokens_per_s(self, c: int, prompt_len: int, output_len: int) -> float:
+        """Output tokens/s of c requests on the engine: the admitted ones run as a static batch, the rest
+        queue, so past the admitted concurrency tokens/s stays flat."""
+        a = self.admitted(c, prompt_len, output_len)
+        return self.generation_tokens_per_s(a, prompt_len, output_len) if a > 0 else 0.0
 
     def knee(self, s: float) -> Optional[float]:
         d = self.require("decode")

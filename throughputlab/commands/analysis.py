@@ -91,10 +91,32 @@ def _past_knee_command(prof, result, path: Path) -> Optional[str]:
 @click.option("--activation-checkpointing", is_flag=True,
               help="Analytic prediction: training recomputes each block's forward (4x instead of 3x forward "
                    "FLOPs, far less activation memory).")
+@click.option("--engine", default="vllm", show_default=True,
+              help="Analytic prediction: the generation engine whose KV rule, caps and defaults apply "
+                   "(vllm, sglang, trtllm).")
+@click.option("--gpu-memory-utilization", "gpu_memory_utilization", type=float, default=None,
+              help="Analytic prediction: vLLM's gpu_memory_utilization (default 0.9); SGLang's mem_fraction_static; "
+                   "TensorRT-LLM's kv_cache_free_gpu_memory_fraction (default 0.9).")
+@click.option("--max-num-seqs", type=int, default=None,
+              help="Analytic prediction: sequences the engine runs at once [default: the engine's: vLLM 1024 on "
+                   "70+ GiB GPUs other than A100, else 256; SGLang from its KV pool; TensorRT-LLM 2048].")
+@click.option("--max-model-len", type=int, default=None,
+              help="Analytic prediction: the engine's max_model_len [default: the model's max_position_embeddings].")
+@click.option("--kv-cache-gib", type=float, default=None,
+              help="Analytic prediction: the KV cache memory per GPU the engine logged (vLLM: 'Available KV cache "
+                   "memory'), instead of its rule.")
+@click.option("--kv-cache-dtype", default="auto", show_default=True,
+              help="Analytic prediction: auto (16-bit activations) or fp8 (half the KV bytes).")
+@click.option("--enforce-eager", is_flag=True,
+              help="Analytic prediction: no CUDA graphs (a larger fixed cost per decode step).")
+@click.option("--max-num-batched-tokens", type=int, default=None,
+              help="Analytic prediction: the chunked-prefill token budget per step [default: the engine's: vLLM "
+                   "8192 on 70+ GiB GPUs other than A100, else 2048; SGLang 8192; TensorRT-LLM 8192].")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the prediction as a profile (kind=predicted) that `report` and `decide` read.")
 def predict(profile_path, model, gpu, dtype, calibrate, concurrency, prompt_len, output_len, micro_batch, seq_len,
-            gpus, tp, nodes, activation_checkpointing, output) -> None:
+            gpus, tp, nodes, activation_checkpointing, engine, gpu_memory_utilization, max_num_seqs, max_model_len,
+            kv_cache_gib, kv_cache_dtype, enforce_eager, max_num_batched_tokens, output) -> None:
     """Predict tokens/s where nothing was measured: from a fitted profile, or from a config and a datasheet.
 
     \b
@@ -103,8 +125,27 @@ def predict(profile_path, model, gpu, dtype, calibrate, concurrency, prompt_len,
       throughputlab predict --model qwen2.5-7b --gpu h200
       throughputlab predict --model qwen2.5-7b --gpu h200 --calibrate a100-profile.json -o h200.json
       throughputlab predict --model qwen2.5-72b --gpu h100 --tp 2 -c 1,8,64
+      throughputlab predict --model llama3.1-70b --gpu h100 --dtype fp8 --engine trtllm --kv-cache-dtype fp8
       throughputlab predict --model qwen3-30b-a3b --gpu h200 --gpus 8
     """
+    from throughputlab.predict_engine import EngineOptions
+
+    opts = EngineOptions(engine=engine, gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
+                         max_model_len=max_model_len, kv_cache_gib=kv_cache_gib, kv_cache_dtype=kv_cache_dtype,
+                         enforce_eager=enforce_eager, max_num_batched_tokens=max_num_batched_tokens)
+    try:
+        _predict(profile_path, model, gpu, dtype, calibrate, concurrency, prompt_len, output_len, micro_batch, seq_len,
+                 gpus, tp, nodes, activation_checkpointing, opts, output)
+    except UserError as e:  # one line and exit code 2 also when the click group runs without throughputlab.cli.main
+        raise _OneLineError(str(e)) from None
+
+
+class _OneLineError(click.ClickException):
+    exit_code = 2
+
+
+def _predict(profile_path, model, gpu, dtype, calibrate, concurrency, prompt_len, output_len, micro_batch, seq_len,
+             gpus, tp, nodes, activation_checkpointing, opts, output) -> None:
     from throughputlab.fit.schema import load_fit, micro_batch_statement
     from throughputlab.predict import Layout, generation_table, predict_analytic, predict_from_profile, training_table
     from throughputlab.roofline import single_stream_bound
@@ -117,9 +158,9 @@ def predict(profile_path, model, gpu, dtype, calibrate, concurrency, prompt_len,
     cs = concurrency or [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
     bs = micro_batch or [1, 2, 4, 8, 16]
     if profile_path is not None:
-        if gpu or calibrate or gpus is not None or (tp, nodes) != (1, 1) or activation_checkpointing:
-            raise UserError("--gpu, --calibrate, --gpus, --tp, --nodes and --activation-checkpointing go with --model "
-                            "(analytic prediction), not with --profile")
+        if gpu or calibrate or gpus is not None or (tp, nodes) != (1, 1) or activation_checkpointing or opts.given:
+            raise UserError("--gpu, --calibrate, --gpus, --tp, --nodes, --activation-checkpointing and the engine flags "
+                            "go with --model (analytic prediction), not with --profile")
         pred = predict_from_profile(Profile.load(profile_path), concurrency=cs, prompt_len=prompt_len,
                                     output_len=output_len, micro_batches=bs, seq_len=seq_len)
     else:
@@ -131,7 +172,8 @@ def predict(profile_path, model, gpu, dtype, calibrate, concurrency, prompt_len,
         layout = Layout(gpus=tp * nodes if gpus is None else gpus, tp=tp, nodes=nodes, activation_checkpointing=activation_checkpointing).check()
         cal = Profile.load(calibrate) if calibrate else None
         pred = predict_analytic(spec, gpu, dtype=dtype, calibrate=cal, concurrency=cs, prompt_len=prompt_len or 512,
-                                output_len=output_len or 512, micro_batches=bs, seq_len=seq_len or 2048, layout=layout)
+                                output_len=output_len or 512, micro_batches=bs, seq_len=seq_len or 2048, layout=layout,
+                                engine=opts)
     fit = load_fit(pred)
     m = fit.model
     st = pred.settings
@@ -153,12 +195,9 @@ def predict(profile_path, model, gpu, dtype, calibrate, concurrency, prompt_len,
         if fit.peaks.datasheet_bytes_per_s:
             click.echo(f"single-sequence bound, datasheet bandwidth / weight bytes: "
                        f"{single_stream_bound(m.device_costs, fit.peaks.datasheet_bytes_per_s):,.1f} tokens/s")
-        if m.kv_cache_tokens == 0:
-            click.echo("KV cache: none: the weights alone fill the engine's share of device memory "
-                       "(use more devices per engine, --tp, or a smaller dtype)")
-        elif m.kv_cache_tokens is not None:
+        if m.engine is None and m.kv_cache_tokens is not None:
             click.echo(f"KV cache: {m.kv_cache_tokens:,} tokens "
-                       f"({m.kv_cache_tokens / (st.prompt_len + st.output_len):,.0f} sequences of this length)")
+                       f"({m.kv_sequences(st.prompt_len, st.output_len):,} sequences of this length)")
     if m.train is not None:
         fsdp = (f", micro-batch per device, FSDP over {m.train_devices} GPUs"
                 + (" with activation checkpointing" if m.activation_checkpointing else "")

@@ -1,7 +1,9 @@
 """Datasheet peaks: one cited row per device, dense (no structured-sparsity) figures.
 
 Unknown devices give ``None``, never a guessed number. Matching is on the name NVML (or
-the user) reports, by the most specific pattern first.
+the user) reports, by the most specific pattern first. Memory is what the driver reports
+(nvidia-smi's total, in MiB; rocm-smi's in bytes), not the marketing "80 GB": an 80 GB H100 has
+80 GiB of HBM of which nvidia-smi shows 81,559 MiB (the rest holds ECC and the driver's reserve).
 """
 
 from __future__ import annotations
@@ -14,65 +16,66 @@ from throughputlab.profile import DatasheetPeak
 T = 1e12
 G = 1e9
 GiB = 2**30
+MiB = 2**20
 
 # (key, name patterns, bandwidth bytes/s, {dtype: dense FLOP/s}, memory bytes, source)
 _ROWS: list[tuple[str, tuple[str, ...], float, dict[str, float], Optional[int], str]] = [
     ("GB200", (r"\bGB200\b",), 8000 * G, {"bfloat16": 2500 * T, "float16": 2500 * T, "fp8": 5000 * T},
-     186 * 10**9, "NVIDIA GB200 NVL72 page (2025), per-rack figures with sparsity; derived per GPU as rack/72, dense "
+     189471 * MiB, "NVIDIA GB200 NVL72 page (2025), per-rack figures with sparsity; derived per GPU as rack/72, dense "
      "= sparse/2: 13.4 TB HBM3e/72 = 186 GB (older NVIDIA material: 13.5 TB, 192 GB), 576 TB/s/72 = 8 TB/s, "
-     "BF16 360 PF/72/2 = 2.5 PFLOPS dense, FP8 720 PF/72/2 = 5 PFLOPS dense; no FP32 figure taken"),
+     "BF16 360 PF/72/2 = 2.5 PFLOPS dense, FP8 720 PF/72/2 = 5 PFLOPS dense; no FP32 figure taken; memory 189,471 MiB as nvidia-smi reports it on GB200 trays"),
     ("B200", (r"\bB200\b",), 8000 * G, {"bfloat16": 2250 * T, "float16": 2250 * T, "fp8": 4500 * T, "float32": 75 * T},
-     180 * 10**9, "NVIDIA DGX B200 / HGX B200 datasheet (2024): 8 TB/s HBM3e, 2.25 PFLOPS dense BF16 per GPU"),
+     183359 * MiB, "NVIDIA DGX B200 / HGX B200 datasheet (2024): 8 TB/s HBM3e, 2.25 PFLOPS dense BF16 per GPU; memory 183,359 MiB as nvidia-smi reports it"),
     ("H200", (r"\bH200\b",), 4800 * G, {"bfloat16": 989.4 * T, "float16": 989.4 * T, "fp8": 1978.9 * T, "float32": 67 * T},
-     141 * 10**9, "NVIDIA H200 Tensor Core GPU datasheet (2024), SXM: 4.8 TB/s, 989 TFLOPS BF16 dense (1,979 sparse)"),
+     143771 * MiB, "NVIDIA H200 Tensor Core GPU datasheet (2024), SXM: 4.8 TB/s, 989 TFLOPS BF16 dense (1,979 sparse); memory 143,771 MiB as nvidia-smi reports it"),
     ("H20", (r"\bH20\b(?!.*\b(3e|141))",), 4000 * G,
      {"bfloat16": 148 * T, "float16": 148 * T, "fp8": 296 * T, "float32": 44 * T},
-     96 * 10**9, "NVIDIA H20 (2024): no public NVIDIA datasheet; partner spec sheets give 96 GB HBM3, 4.0 TB/s, "
-     "148 TFLOPS BF16 and 296 FP8, reported as dense; the 141 GB HBM3e H20 variant is left unmatched"),
+     97871 * MiB, "NVIDIA H20 (2024): no public NVIDIA datasheet; partner spec sheets give 96 GB HBM3, 4.0 TB/s, "
+     "148 TFLOPS BF16 and 296 FP8, reported as dense; the 141 GB HBM3e H20 variant is left unmatched; memory 97,871 MiB as nvidia-smi reports it"),
     ("H800 PCIe", (r"\bH800\b.*PCIe",), 2000 * G,
      {"bfloat16": 756.5 * T, "float16": 756.5 * T, "fp8": 1513 * T, "float32": 51 * T},
-     80 * 10**9, "NVIDIA H800 Tensor Core GPU datasheet (2023), PCIe: 2 TB/s (some listings 2,039 GB/s), 80 GB, "
-     "1,513 TFLOPS BF16 with sparsity, so 756 dense (H100 PCIe compute)"),
+     81559 * MiB, "NVIDIA H800 Tensor Core GPU datasheet (2023), PCIe: 2 TB/s (some listings 2,039 GB/s), 80 GB, "
+     "1,513 TFLOPS BF16 with sparsity, so 756 dense (H100 PCIe compute); memory taken as the H100's 81,559 MiB (same 80 GB HBM; no nvidia-smi figure found)"),
     ("H800 SXM", (r"\bH800\b",), 3350 * G, {"bfloat16": 989.4 * T, "float16": 989.4 * T, "fp8": 1978.9 * T, "float32": 67 * T},
-     80 * 10**9, "NVIDIA H800 Tensor Core GPU datasheet (2023), SXM: 3.35 TB/s, 80 GB, 1,979 TFLOPS BF16 with "
-     "sparsity, so 989 dense (H100 SXM compute; NVLink cut to 400 GB/s)"),
+     81559 * MiB, "NVIDIA H800 Tensor Core GPU datasheet (2023), SXM: 3.35 TB/s, 80 GB, 1,979 TFLOPS BF16 with "
+     "sparsity, so 989 dense (H100 SXM compute; NVLink cut to 400 GB/s); memory taken as the H100's 81,559 MiB (same 80 GB HBM3; no nvidia-smi figure found)"),
     ("H100 PCIe", (r"\bH100\b.*PCIe", r"\bH100 PCIe"), 2000 * G,
      {"bfloat16": 756.5 * T, "float16": 756.5 * T, "fp8": 1513 * T, "float32": 51 * T},
-     80 * 10**9, "NVIDIA H100 Tensor Core GPU datasheet (2023), PCIe: 2.0 TB/s, 756 TFLOPS BF16 dense"),
+     81559 * MiB, "NVIDIA H100 Tensor Core GPU datasheet (2023), PCIe: 2.0 TB/s, 756 TFLOPS BF16 dense; memory 81,559 MiB as nvidia-smi reports it"),
     ("H100 NVL", (r"\bH100 NVL",), 3900 * G, {"bfloat16": 835 * T, "float16": 835 * T, "fp8": 1670 * T, "float32": 60 * T},
-     94 * 10**9, "NVIDIA H100 Tensor Core GPU datasheet (2023), NVL: 3.9 TB/s, 835 TFLOPS BF16 dense"),
+     95830 * MiB, "NVIDIA H100 Tensor Core GPU datasheet (2023), NVL: 3.9 TB/s, 835 TFLOPS BF16 dense; memory 95,830 MiB as nvidia-smi reports it"),
     ("H100 SXM", (r"\bH100\b",), 3350 * G, {"bfloat16": 989.4 * T, "float16": 989.4 * T, "fp8": 1978.9 * T, "float32": 67 * T},
-     80 * 10**9, "NVIDIA H100 Tensor Core GPU datasheet (2023), SXM: 3.35 TB/s, 989 TFLOPS BF16 dense"),
+     81559 * MiB, "NVIDIA H100 Tensor Core GPU datasheet (2023), SXM: 3.35 TB/s, 989 TFLOPS BF16 dense; memory 81,559 MiB as nvidia-smi reports it"),
     ("A100 40GB", (r"\bA100\b.*40GB",), 1555 * G, {"bfloat16": 312 * T, "float16": 312 * T, "float32": 19.5 * T},
-     40 * 10**9, "NVIDIA A100 Tensor Core GPU datasheet (2021): 40GB 1,555 GB/s, 312 TFLOPS BF16 dense"),
+     40960 * MiB, "NVIDIA A100 Tensor Core GPU datasheet (2021): 40GB 1,555 GB/s, 312 TFLOPS BF16 dense; memory 40,960 MiB as nvidia-smi reports it"),
     ("A100 80GB PCIe", (r"\bA100\b.*80GB.*PCIe", r"\bA100\b.*PCIe.*80GB"), 1935 * G,
      {"bfloat16": 312 * T, "float16": 312 * T, "float32": 19.5 * T},
-     80 * 10**9, "NVIDIA A100 Tensor Core GPU datasheet (2021): 80GB PCIe 1,935 GB/s, 312 TFLOPS BF16 dense"),
+     81920 * MiB, "NVIDIA A100 Tensor Core GPU datasheet (2021): 80GB PCIe 1,935 GB/s, 312 TFLOPS BF16 dense; memory 81,920 MiB as nvidia-smi reports it"),
     ("A100 80GB SXM", (r"\bA100\b",), 2039 * G, {"bfloat16": 312 * T, "float16": 312 * T, "float32": 19.5 * T},
-     80 * 10**9, "NVIDIA A100 Tensor Core GPU datasheet (2021): 80GB SXM 2,039 GB/s, 312 TFLOPS BF16 dense"),
+     81920 * MiB, "NVIDIA A100 Tensor Core GPU datasheet (2021): 80GB SXM 2,039 GB/s, 312 TFLOPS BF16 dense; memory 81,920 MiB as nvidia-smi reports it"),
     ("A800 80GB PCIe", (r"\bA800\b(?!.*40GB).*PCIe",), 1935 * G, {"bfloat16": 312 * T, "float16": 312 * T, "float32": 19.5 * T},
-     80 * 10**9, "NVIDIA A800 Tensor Core GPU datasheet (2022): 80GB PCIe 1,935 GB/s, 312 TFLOPS BF16 dense (A100 "
-     "compute, NVLink 400 GB/s); 40GB A800s are left unmatched"),
+     81920 * MiB, "NVIDIA A800 Tensor Core GPU datasheet (2022): 80GB PCIe 1,935 GB/s, 312 TFLOPS BF16 dense (A100 "
+     "compute, NVLink 400 GB/s); 40GB A800s are left unmatched; memory taken as the A100's 81,920 MiB (no nvidia-smi figure found)"),
     ("A800 80GB SXM", (r"\bA800\b(?!.*40GB)",), 2039 * G, {"bfloat16": 312 * T, "float16": 312 * T, "float32": 19.5 * T},
-     80 * 10**9, "NVIDIA A800 Tensor Core GPU datasheet (2022): 80GB SXM 2,039 GB/s, 312 TFLOPS BF16 dense (A100 "
-     "compute, NVLink 400 GB/s)"),
+     81920 * MiB, "NVIDIA A800 Tensor Core GPU datasheet (2022): 80GB SXM 2,039 GB/s, 312 TFLOPS BF16 dense (A100 "
+     "compute, NVLink 400 GB/s); memory taken as the A100's 81,920 MiB (no nvidia-smi figure found)"),
     ("L40S", (r"\bL40S\b",), 864 * G, {"bfloat16": 362.05 * T, "float16": 362.05 * T, "fp8": 733 * T, "float32": 91.6 * T},
-     48 * 10**9, "NVIDIA L40S datasheet (2023): 864 GB/s, 362 TFLOPS BF16 dense (733 sparse)"),
+     46068 * MiB, "NVIDIA L40S datasheet (2023): 864 GB/s, 362 TFLOPS BF16 dense (733 sparse); memory 46,068 MiB as nvidia-smi reports it"),
     ("L4", (r"\bL4\b",), 300 * G, {"bfloat16": 121 * T, "float16": 121 * T, "fp8": 242.5 * T, "float32": 30.3 * T},
-     24 * 10**9, "NVIDIA L4 datasheet (2023): 300 GB/s, 121 TFLOPS BF16 dense (242 sparse)"),
+     23034 * MiB, "NVIDIA L4 datasheet (2023): 300 GB/s, 121 TFLOPS BF16 dense (242 sparse); memory 23,034 MiB as nvidia-smi reports it"),
     ("A10", (r"\bA10G?\b",), 600 * G, {"bfloat16": 125 * T, "float16": 125 * T, "float32": 31.2 * T},
-     24 * 10**9, "NVIDIA A10 datasheet (2021): 600 GB/s, 125 TFLOPS BF16 dense (250 sparse)"),
+     23028 * MiB, "NVIDIA A10 datasheet (2021): 600 GB/s, 125 TFLOPS BF16 dense (250 sparse); memory 23,028 MiB as nvidia-smi reports it"),
     ("RTX 4090", (r"RTX 4090",), 1008 * G, {"bfloat16": 165.2 * T, "float16": 165.2 * T, "float32": 82.6 * T},
      24 * GiB, "NVIDIA Ada Lovelace architecture whitepaper v1.1 (2023), RTX 4090: 1,008 GB/s, 165.2 TFLOPS BF16 dense (FP32 accumulate)"),
     ("RTX 3090", (r"RTX 3090",), 936 * G, {"bfloat16": 71 * T, "float16": 71 * T, "float32": 35.6 * T},
      24 * GiB, "NVIDIA Ampere GA102 whitepaper v2.1 (2021), RTX 3090: 936 GB/s, 71 TFLOPS BF16 dense (FP32 accumulate)"),
     ("V100", (r"\bV100\b",), 900 * G, {"float16": 125 * T, "float32": 15.7 * T},
-     32 * 10**9, "NVIDIA V100 Tensor Core GPU datasheet (2020), SXM2: 900 GB/s, 125 TFLOPS FP16 tensor (no BF16)"),
+     32768 * MiB, "NVIDIA V100 Tensor Core GPU datasheet (2020), SXM2: 900 GB/s, 125 TFLOPS FP16 tensor (no BF16); memory 32,768 MiB as nvidia-smi reports it (32GB SXM2)"),
     ("MI300X", (r"MI300X",), 5300 * G, {"bfloat16": 1307.4 * T, "float16": 1307.4 * T, "fp8": 2614.9 * T, "float32": 163.4 * T},
-     192 * 10**9, "AMD Instinct MI300X datasheet (2023): 5.3 TB/s, 1,307 TFLOPS BF16 dense"),
+     192 * GiB, "AMD Instinct MI300X datasheet (2023): 5.3 TB/s, 1,307 TFLOPS BF16 dense; memory 192 GiB, 206,158,430,208 B as rocm-smi reports it"),
     ("MI325X", (r"MI325X",), 6000 * G, {"bfloat16": 1307.4 * T, "float16": 1307.4 * T, "fp8": 2614.9 * T, "float32": 163.4 * T},
-     256 * 10**9, "AMD Instinct MI325X datasheet (2024): 256 GB HBM3E, 6 TB/s, 1,307.4 TFLOPS BF16 dense "
-     "(2,614.9 sparse), 2,614.9 FP8 dense"),
+     256 * GiB, "AMD Instinct MI325X datasheet (2024): 256 GB HBM3E, 6 TB/s, 1,307.4 TFLOPS BF16 dense "
+     "(2,614.9 sparse), 2,614.9 FP8 dense; memory taken as 256 GiB, 8 HBM3E stacks of 32 GiB (no rocm-smi figure found)"),
 ]
 
 

@@ -7,10 +7,12 @@ thousands of steps in one call. ``fit``, ``predict``, ``report`` and ``decide`` 
 and derive nothing themselves. Times in seconds, sizes in bytes. No torch, no scipy.
 
 ``core``: one device's step times and knees; ``memory``: memory lines and KV capacity;
-``devices``: collectives, tensor-parallel sharding, FSDP. Import the names from here.
+``devices``: collectives, tensor-parallel sharding, FSDP; ``engine``: an inference engine's KV
+rules, admission and decode fixed costs. Import the names from here.
 """
 
 from throughputlab.roofline.core import *  # noqa: F401,F403
 from throughputlab.roofline.core import _out  # noqa: F401
 from throughputlab.roofline.devices import *  # noqa: F401,F403
 from throughputlab.roofline.memory import *  # noqa: F401,F403
+from throughputlab.roofline.engine import *  # noqa: F401,F403

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict
 from throughputlab.models.spec import ModelSpec
 
 ADAM_BYTES_PER_PARAM = 16  # 16-bit weights and grads, fp32 master copy, two fp32 Adam moments (ZeRO paper: 2+2+12)
-VLLM_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default share of device memory for weights + KV cache
+VLLM_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default gpu_memory_utilization (vllm/config/cache.py)
 
 
 def _out(x):
@@ -36,22 +36,36 @@ class Costs(BaseModel):
     hidden_size: Optional[int] = None  # for the tensor-parallel all-reduces (None in fits stored before them)
     num_layers: Optional[int] = None
     num_kv_heads: Optional[int] = None
+    mlp_width: Optional[float] = None  # MLP intermediate width one token uses (top-k experts' for MoE)
+    vocab_size: Optional[int] = None
 
     @classmethod
-    def from_spec(cls, spec: ModelSpec, bytes_per_param: int) -> "Costs":
+    def from_spec(cls, spec: ModelSpec, bytes_per_param: int, kv_value_bytes: Optional[int] = None) -> "Costs":
+        """The constants at ``bytes_per_param``; ``kv_value_bytes``: bytes per cached K/V value (default:
+        16-bit activations for 8-bit weights, vLLM's --kv-cache-dtype auto). 8-bit weights keep the
+        input embedding and the LM head at 16 bits (vLLM's Fp8Config quantizes linear layers only;
+        ModelOpt and llm-compressor FP8 checkpoints leave lm_head unquantized)."""
         moe = spec.moe
+        kv = kv_value_bytes if kv_value_bytes is not None else max(bytes_per_param, 2)
+        wide = 2 - bytes_per_param if bytes_per_param < 2 else 0  # extra bytes of the 16-bit embedding/head
+        head = spec.params_lm_head * wide
+        extra_total = spec.params_embedding * wide + (0 if spec.tie_word_embeddings else head)
+        width = float(spec.intermediate_size)
+        if moe:
+            width = (moe.top_k * moe.expert_params + moe.shared_expert_params) / (3 * spec.hidden_size)
         return cls(
             bytes_per_param=bytes_per_param,
-            weight_bytes=spec.weight_bytes_per_step(bytes_per_param, 1),
-            kv_bytes_per_token=spec.kv_bytes_per_token(bytes_per_param),
+            weight_bytes=spec.weight_bytes_per_step(bytes_per_param, 1) + head,
+            kv_bytes_per_token=spec.kv_bytes_per_token(kv),
             flops_per_token=spec.flops_per_token,
             attn_flops_per_ctx_token=spec.attn_flops_per_ctx_token,
             moe_num_experts=moe.num_experts if moe else None,
             moe_top_k=moe.top_k if moe else None,
             moe_layers=moe.moe_layers if moe else 0,
             moe_expert_bytes=float(moe.expert_params * bytes_per_param) if moe else 0.0,
-            total_weight_bytes=float(spec.params_total * bytes_per_param),
+            total_weight_bytes=float(spec.params_total * bytes_per_param + extra_total),
             hidden_size=spec.hidden_size, num_layers=spec.num_layers, num_kv_heads=spec.num_kv_heads,
+            mlp_width=width, vocab_size=spec.vocab_size,
         )
 
     def weight_bytes_for(self, tokens):
@@ -180,6 +194,15 @@ def prefill_tokens_s(q1, q2, costs: Costs, t0: float, bw: float, phi: float, p: 
     t0 + max(W(q1)/BW, (q1*F + q2*a/2)/PHI)."""
     comp = (q1 * costs.flops_per_token + q2 * costs.attn_flops_per_ctx_token / 2) / phi
     return _out(t0 + combine(weight_bytes(costs, q1) / bw, comp, p))
+
+
+def prefill_chunks(tokens, budget: Optional[int] = None):
+    """Steps a prefill of ``tokens`` prompt tokens takes under a chunked-prefill token budget (vLLM
+    max_num_batched_tokens, SGLang chunked_prefill_size, TRT-LLM max_num_tokens): ceil(tokens/budget),
+    each reading the weights once; 1 without a budget."""
+    if not budget:
+        return _out(np.ones_like(np.asarray(tokens, dtype=float)))
+    return _out(np.maximum(np.ceil(np.asarray(tokens, dtype=float) / budget), 1.0))
 
 
 def prefill_s(c, prompt_len, costs: Costs, t0: float, bw: float, phi: float, p: Optional[float] = None):

@@ -3,10 +3,28 @@ all-reduces, FSDP's traffic and memory per rank."""
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
 from throughputlab.roofline.core import Costs, _out, all_weight_bytes
+from throughputlab.roofline.engine import ACTIVATION_BYTES
 from throughputlab.roofline.memory import training_state_bytes
+
+# Tensor-parallel all-reduces as published (latency alpha, nccl-tests' bus bandwidth), two regimes:
+# NVLink, small tensors: vLLM's one-stage custom all-reduce on H100 under CUDA graphs (vLLM PR #24111,
+#   benchmark_device_communicators, TP 4: 0.5, 1 and 2 MB in 10, 15 and 22 us; TP 2: 0.5 MB in 7 us):
+#   alpha 6 us, bus bandwidth 200 GB/s, 0.44 of the 450 GB/s NVLink 4 link.
+# NVLink, large tensors: NCCL or symmetric memory (same table: two-shot 2-4 MB in 23-29 us): alpha 17 us,
+#   the link's bandwidth at the collective efficiency (comm_bw).
+# PCIe: NCCL alone (vLLM's custom all-reduce needs NVLink beyond 2 GPUs): 57 us for 8 KB on 8 A800 PCIe
+#   GPUs (vLLM issue #50576), alpha 50 us. (SGLang PR #2904, H100 without CUDA graphs: vLLM's custom
+#   all-reduce 8.7-10.1 us up to 32 KB at TP 2-8; Triton-distributed issue #57: NCCL 19-25 us up to 512 KB
+#   on 8 H100s, eager.)
+TP_SMALL_ALPHA_S = 6e-6
+TP_SMALL_BW_SHARE = 0.44
+TP_NVLINK_ALPHA_S = 17e-6
+TP_PCIE_ALPHA_S = 50e-6
 
 
 def bus_factor(op: str, n: int) -> float:
@@ -49,12 +67,25 @@ def tp_shard(costs: Costs, tp: int) -> Costs:
         "total_weight_bytes": total})
 
 
-def tp_comm_s(costs: Costs, tokens, tp: int, busbw: float, alpha_s: float):
-    """Two all-reduces per layer of tokens*hidden*bytes (attention output and MLP output, Megatron)."""
+def tp_allreduce_s(nbytes, n: int, busbw: float, alpha_s: float, small_alpha_s: Optional[float] = None,
+                   small_busbw: Optional[float] = None):
+    """A tensor-parallel all-reduce: the faster of two lines, as engines pick their algorithm by size
+    (vLLM: its one-stage custom all-reduce for small tensors, NCCL or symmetric memory for large ones):
+    min(alpha_small + m*f/busbw_small, alpha + m*f/busbw); one line without the small regime."""
+    large = allreduce_s(nbytes, n, busbw, alpha_s)
+    if small_alpha_s is None or not small_busbw or n <= 1:
+        return large
+    return _out(np.minimum(large, allreduce_s(nbytes, n, small_busbw, small_alpha_s)))
+
+
+def tp_comm_s(costs: Costs, tokens, tp: int, busbw: float, alpha_s: float, small_alpha_s: Optional[float] = None,
+              small_busbw: Optional[float] = None):
+    """Two all-reduces per layer of tokens*hidden 16-bit values (attention output and MLP output,
+    Megatron): the activations all-reduced are 16-bit whatever the weight dtype (FP8 weights too)."""
     if tp <= 1 or not costs.num_layers or not costs.hidden_size:
         return _out(np.zeros_like(np.asarray(tokens, dtype=float)))
-    m = np.asarray(tokens, dtype=float) * costs.hidden_size * costs.bytes_per_param
-    return _out(2 * costs.num_layers * allreduce_s(m, tp, busbw, alpha_s))
+    m = np.asarray(tokens, dtype=float) * costs.hidden_size * ACTIVATION_BYTES
+    return _out(2 * costs.num_layers * tp_allreduce_s(m, tp, busbw, alpha_s, small_alpha_s, small_busbw))
 
 
 def fsdp_comm_s(costs: Costs, n: int, busbw: float, alpha_s: float = 0.0, reduce_bytes_per_param: int = 4,

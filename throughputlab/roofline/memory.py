@@ -9,6 +9,7 @@ import numpy as np
 
 from throughputlab.models.spec import ModelSpec
 from throughputlab.roofline.core import ADAM_BYTES_PER_PARAM, VLLM_GPU_MEMORY_UTILIZATION, Costs, _out, all_weight_bytes
+from throughputlab.roofline.engine import kv_tokens_from_bytes, vllm_kv_bytes
 
 
 def memory_line(b, mem0: float, mem_per_sample: float):
@@ -28,10 +29,13 @@ def max_micro_batch(mem0: Optional[float], mem_per_sample: Optional[float], devi
     return b
 
 
-def kv_cache_tokens(costs: Costs, device_bytes: float, utilization: float = VLLM_GPU_MEMORY_UTILIZATION) -> int:
-    """KV-cache tokens an engine holds: its share of device memory minus every weight, over k."""
-    free = utilization * device_bytes - all_weight_bytes(costs)
-    return int(free / costs.kv_bytes_per_token) if free > 0 else 0
+def kv_cache_tokens(costs: Costs, device_bytes: float, utilization: float = VLLM_GPU_MEMORY_UTILIZATION,
+                    reserved_bytes: float = 0.0, block_tokens: int = 1) -> int:
+    """KV-cache tokens of a vLLM engine whose device holds ``costs`` (one device's share): vLLM's rule
+    (:func:`vllm_kv_bytes`) with every weight, and ``reserved_bytes`` for the activation peak, non-torch
+    memory and CUDA graphs, in whole blocks."""
+    kv = vllm_kv_bytes(device_bytes, utilization, all_weight_bytes(costs), reserved_bytes)
+    return kv_tokens_from_bytes(kv, costs.kv_bytes_per_token, block_tokens)
 
 
 def training_state_bytes(costs: Costs) -> float:

@@ -1,0 +1,231 @@
+"""The engine in `predict`: each engine's KV rule by hand, admission (tokens/s flat past the admitted
+concurrency, the bound named), floor not round, fp8 KV, the 16-bit all-reduce payload, the engine
+flags' bad values (one line, exit code 2) and the memory figures of the datasheet rows."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from click.testing import CliRunner
+
+from throughputlab import roofline as rf
+from throughputlab.cli import cli
+from throughputlab.fit import load_fit, load_model
+from throughputlab.hardware.peaks import lookup
+from throughputlab.models import resolve_model
+from throughputlab.predict import Layout, generation_table, predict_analytic
+from throughputlab.predict_engine import EngineOptions
+from throughputlab.roofline import Costs
+
+GIB, MIB = 2**30, 2**20
+# a dense model small enough to do by hand: h = 1000, MLP width 4000, vocabulary 10,000
+HAND = Costs(bytes_per_param=2, weight_bytes=1e9, kv_bytes_per_token=1e5, flops_per_token=1e9,
+             attn_flops_per_ctx_token=1e4, total_weight_bytes=2e9, hidden_size=1000, num_layers=10, num_kv_heads=8,
+             mlp_width=4000, vocab_size=10000)
+
+
+def _cli(*args: str):
+    return CliRunner().invoke(cli, ["predict", *args])
+
+
+# ---------------------------------------------------------------- the KV rules by hand
+
+
+def test_vllm_rule_by_hand():
+    # profile run: 100 tokens x (2*1000 + 3*4000) x 2 bytes, then the sampler on 50 rows x 10,000 x 12 bytes
+    act = 100 * 14000 * 2 + 50 * 10000 * 12
+    assert rf.profile_activation_bytes(HAND, 100, 50) == act == 8.8e6
+    by_hand = 0.9 * (80e9 - 0.6 * GIB) - 2e9 - act - 0.25 * GIB - 0.5 * GIB  # weights, non-torch, CUDA graphs
+    kv = rf.engine_kv_bytes("vllm", HAND, HAND, 1, 80e9, 0.9, 100, 50)
+    assert kv == pytest.approx(by_hand)
+    assert rf.engine_kv_bytes("vllm", HAND, HAND, 1, 80e9, 0.9, 100, 50, enforce_eager=True) == pytest.approx(
+        by_hand + 0.5 * GIB)  # no CUDA graphs to hold
+    tokens = rf.kv_cache_tokens_of(kv, HAND, 16)
+    assert tokens == math.floor(by_hand / (1e5 * 16)) * 16 and tokens % 16 == 0
+
+
+def test_sglang_and_trtllm_rules_by_hand():
+    sg = rf.engine_kv_bytes("sglang", HAND, HAND, 1, 80e9, 0.88, 100, 50)
+    assert sg == pytest.approx(0.88 * (80e9 - 0.6 * GIB) - 2e9 - 0.25 * GIB)  # activations live in the remainder
+    trt = rf.engine_kv_bytes("trtllm", HAND, HAND, 1, 80e9, 0.9, 100, 50)
+    act = 100 * 14000 * 2  # its profiling forward pass; a few requests' logits neglected
+    assert trt == pytest.approx(0.9 * (80e9 - 0.6 * GIB - 2e9 - act - 0.25 * GIB))
+    # on a TP rank: the shard's weights, the MLP's intermediates split TP ways
+    shard = rf.tp_shard(HAND, 2)
+    tp = rf.engine_kv_bytes("trtllm", HAND, shard, 2, 80e9, 0.9, 100, 50)
+    assert tp == pytest.approx(0.9 * (80e9 - 0.6 * GIB - 1e9 - 100 * (2000 + 6000) * 2 - 0.25 * GIB))
+
+
+def test_the_predicted_engine_uses_the_rule_and_prints_it():
+    spec = resolve_model("qwen2.5-7b").spec
+    m = load_model(predict_analytic(spec, "h100", concurrency=(1,)))
+    costs, mem = m.costs, lookup("h100").memory_bytes
+    act = rf.profile_activation_bytes(costs, 8192, 1024)  # vLLM's server defaults on an H100
+    kv = 0.9 * (mem - rf.CUDA_UNEXPOSED_BYTES) - rf.all_weight_bytes(costs) - act - rf.NON_TORCH_BYTES - rf.CUDA_GRAPH_BYTES
+    assert m.kv_cache_tokens == rf.kv_cache_tokens_of(kv, costs, 16)
+    assert (m.engine.name, m.engine.max_num_seqs, m.engine.max_num_batched_tokens) == ("vllm", 1024, 8192)
+    a100 = load_model(predict_analytic(spec, "a100 80gb", concurrency=(1,)))
+    assert (a100.engine.max_num_seqs, a100.engine.max_num_batched_tokens) == (256, 2048)  # vLLM's A100 exception
+    r = _cli("--model", "qwen2.5-7b", "--gpu", "h100", "-c", "1", "--prompt-len", "1000", "--output-len", "1000")
+    assert r.exit_code == 0, r.output
+    line = next(x for x in r.output.splitlines() if x.strip().startswith("KV cache:"))
+    seqs = m.kv_cache_tokens // 2000  # 2000 tokens is whole blocks of 16
+    assert f"{m.kv_cache_tokens:,} tokens" in line and f"{kv / GIB:.2f} GiB per GPU" in line
+    assert f"{seqs:,} sequences of prompt 1000 + output 1000" in line and "determine_available_memory" in line
+
+
+def test_a_measured_kv_size_overrides_the_rule():
+    spec = resolve_model("llama3.1-8b").spec  # k = 128 KiB a token at 16 bits
+    m = load_model(predict_analytic(spec, "h100", concurrency=(1,), engine=EngineOptions(kv_cache_gib=1.25)))
+    assert m.kv_cache_tokens == 10240 and "--kv-cache-gib" in m.engine.kv_rule
+
+
+# ---------------------------------------------------------------- admission
+
+
+def test_floor_not_round_and_whole_blocks():
+    assert rf.kv_sequences(3 * 2048 - 16, 1024, 1024, 16) == 2  # 2.99 sequences hold 2
+    assert rf.sequence_footprint_tokens(1025, 1025, 16) == 2064  # 2050 tokens take 129 blocks
+    assert rf.kv_sequences(3 * 2064, 1025, 1025, 16) == 3 and rf.kv_sequences(3 * 2064 - 1, 1025, 1025, 16) == 2
+    assert rf.kv_sequences(None, 1, 1) is None
+    assert rf.admitted(100, 29, 256) == 29 and rf.admitted(10, 29, 256) == 10 and rf.admitted(500, None, 256) == 256
+    assert rf.admission_bound(30, 29, 256) == "admission: KV cache"
+    assert rf.admission_bound(300, 400, 256) == "admission: max_num_seqs" and rf.admission_bound(29, 29, 256) is None
+
+
+def test_tokens_per_s_is_flat_past_the_kv_cache_and_the_bound_is_named():
+    """Qwen2.5-32B on two 48 GB L40S at vLLM's defaults holds about 30 requests of 1024 + 1024 tokens (a
+    published 2-GPU sweep of this shape flattens from 30 requests with its KV cache 99% full)."""
+    spec = resolve_model("qwen2.5-32b").spec
+    kw = dict(prompt_len=1024, output_len=1024, layout=Layout(gpus=2, tp=2))
+    n = load_model(predict_analytic(spec, "l40s", concurrency=(1,), **kw)).kv_sequences(1024, 1024)
+    assert 28 <= n <= 34
+    pred = predict_analytic(spec, "l40s", concurrency=(10, n, n + 1, 100), **kw)
+    m = load_model(pred)
+    tps = {g.concurrency: g.tokens_per_s for g in pred.generation}
+    assert tps[n + 1] == pytest.approx(tps[n], rel=1e-9) and tps[100] == pytest.approx(tps[n], rel=1e-9)
+    assert tps[10] < tps[n]
+    table = generation_table(m, [10, n, n + 1, 100], 1024, 1024)
+    assert list(table["running"]) == [10, n, n, n]
+    assert list(table["bound"])[2:] == ["admission: KV cache"] * 2 and table["bound"][0] in ("memory", "compute")
+    assert all(g.status == "ok" for g in pred.generation)
+
+
+def test_max_num_seqs_caps_the_batch():
+    spec = resolve_model("qwen2.5-7b").spec
+    pred = predict_analytic(spec, "h100", concurrency=(4, 8, 16, 64), engine=EngineOptions(max_num_seqs=8))
+    tps = [g.tokens_per_s for g in pred.generation]
+    assert tps[1] == pytest.approx(tps[2]) == pytest.approx(tps[3]) and tps[0] < tps[1]
+    table = generation_table(load_model(pred), [4, 8, 16, 64], 512, 512)
+    assert list(table["bound"])[2:] == ["admission: max_num_seqs"] * 2
+
+
+def test_a_kv_cache_that_holds_no_sequence_predicts_nothing():
+    spec = resolve_model("llama3.1-70b").spec
+    pred = predict_analytic(spec, "h100", dtype="fp8", concurrency=(1, 8))  # vLLM's 0.9 leaves no room on one H100
+    m = load_model(pred)
+    assert m.kv_cache_tokens == 0 and all(g.status == "skipped" for g in pred.generation)
+    assert list(generation_table(m, [1], 128, 128)["tokens_per_s"]) == [0.0]
+
+
+# ---------------------------------------------------------------- dtypes and tensor parallelism
+
+
+def test_fp8_kv_halves_k_and_doubles_the_sequences():
+    spec = resolve_model("llama3.1-8b").spec
+    auto, fp8 = Costs.from_spec(spec, 2), Costs.from_spec(spec, 2, rf.kv_value_bytes(2, "fp8"))
+    assert fp8.kv_bytes_per_token == auto.kv_bytes_per_token / 2
+    assert Costs.from_spec(spec, 1).kv_bytes_per_token == auto.kv_bytes_per_token  # FP8 weights, 16-bit KV (auto)
+    seqs = [load_model(predict_analytic(spec, "h100", concurrency=(1,), engine=EngineOptions(
+        kv_cache_gib=1.25, kv_cache_dtype=d))).kv_sequences(512, 512) for d in ("auto", "fp8")]
+    assert seqs == [10, 20]
+    by_rule = [load_model(predict_analytic(spec, "h100", concurrency=(1,), engine=EngineOptions(kv_cache_dtype=d)))
+               .kv_cache_tokens for d in ("auto", "fp8")]
+    assert abs(by_rule[1] - 2 * by_rule[0]) <= 16
+
+
+def test_fp8_weights_keep_the_embedding_and_lm_head_at_16_bits():
+    spec = resolve_model("llama3.1-70b").spec
+    c8, c16 = Costs.from_spec(spec, 1), Costs.from_spec(spec, 2)
+    assert c8.weight_bytes == pytest.approx(c16.weight_bytes / 2 + spec.params_lm_head)
+    assert c8.total_weight_bytes == spec.params_total + spec.params_embedding + spec.params_lm_head
+
+
+def test_the_all_reduce_payload_is_16_bit_with_fp8_weights():
+    spec = resolve_model("llama3.1-70b").spec
+    c8, c16 = Costs.from_spec(spec, 1), Costs.from_spec(spec, 2)
+    hand = 2 * 80 * (10e-6 + 64 * 8192 * 2 * (2 * 3 / 4) / 360e9)  # TP 4, 64 tokens, 2 bytes a value
+    assert rf.tp_comm_s(c8, 64, 4, 360e9, 10e-6) == pytest.approx(hand) == rf.tp_comm_s(c16, 64, 4, 360e9, 10e-6)
+    # two regimes: the small-tensor line (custom all-reduce) wins at decode sizes, NCCL's at prefill sizes
+    small, large = rf.allreduce_s(1e5, 4, 200e9, 6e-6), rf.allreduce_s(1e5, 4, 360e9, 17e-6)
+    assert rf.tp_allreduce_s(1e5, 4, 360e9, 17e-6, 6e-6, 200e9) == pytest.approx(min(small, large)) == small
+    assert rf.tp_allreduce_s(1e8, 4, 360e9, 17e-6, 6e-6, 200e9) == pytest.approx(rf.allreduce_s(1e8, 4, 360e9, 17e-6))
+
+
+def test_eager_mode_adds_a_fixed_cost_per_layer():
+    spec = resolve_model("qwen2.5-0.5b").spec
+    graphs = load_model(predict_analytic(spec, "h100", concurrency=(1,)))
+    eager = load_model(predict_analytic(spec, "h100", concurrency=(1,), engine=EngineOptions(enforce_eager=True)))
+    assert eager.decode.t0_s - graphs.decode.t0_s == pytest.approx(spec.num_layers * rf.EAGER_LAYER_S["vllm"])
+    assert graphs.decode.t0_s == pytest.approx(rf.GRAPH_STEP_S + spec.num_layers * 4 * rf.GEMM_FLOOR_S)
+    assert eager.decode_step_s(1, 100) > 3 * graphs.decode_step_s(1, 100)  # several-fold for a small model
+
+
+def test_the_chunked_prefill_budget_splits_the_prefill():
+    spec = resolve_model("qwen2.5-7b").spec
+    big = load_model(predict_analytic(spec, "h100", concurrency=(1,), engine=EngineOptions(max_num_batched_tokens=65536)))
+    small = load_model(predict_analytic(spec, "h100", concurrency=(1,), engine=EngineOptions(max_num_batched_tokens=512)))
+    assert rf.prefill_chunks(64 * 512, 512) == 64 and rf.prefill_chunks(100, None) == 1
+    d, p = small.prefill_rates(), 512
+    by_hand = 64 * rf.prefill_tokens_s(512, 512 * p, small.device_costs, d.t0_s, d.bw_bytes_per_s, d.phi_flops_per_s)
+    assert small.prefill_s(64, p) == pytest.approx(by_hand) and small.prefill_s(64, p) > big.prefill_s(64, p)
+
+
+def test_the_engine_settings_are_stored_in_the_predicted_profile():
+    spec = resolve_model("qwen2.5-7b").spec
+    pred = predict_analytic(spec, "h200", concurrency=(1,), engine=EngineOptions(engine="sglang"))
+    m = load_model(pred)
+    assert pred.engine.name == "sglang" and pred.engine.kv_cache_tokens == m.kv_cache_tokens
+    assert pred.engine.engine_args["memory_fraction"] == 0.88 == m.engine.memory_fraction
+    assert m.engine.block_tokens == 1 and 2048 <= m.max_num_seqs <= 4096  # SGLang's request pool
+    assert any("SGLang" in a and "mem_fraction_static" in a for a in load_fit(pred).assumptions)
+
+
+def test_datasheet_memory_is_what_nvidia_smi_reports():
+    assert lookup("NVIDIA H100 80GB HBM3").memory_bytes == 81559 * MIB
+    assert lookup("NVIDIA H200").memory_bytes == 143771 * MIB
+    assert lookup("NVIDIA A100-SXM4-80GB").memory_bytes == 80 * GIB
+
+
+# ---------------------------------------------------------------- bad values: one line, exit code 2
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--engine", "tgi"], "--engine tgi: use one of vllm, sglang, trtllm"),
+    (["--gpu-memory-utilization", "0"], "--gpu-memory-utilization must be a fraction in (0, 1]"),
+    (["--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization must be a fraction in (0, 1]"),
+    (["--max-num-seqs", "0"], "--max-num-seqs must be a positive integer"),
+    (["--max-model-len", "0"], "--max-model-len must be a positive integer"),
+    (["--max-model-len", "10000000"], "--max-model-len 10000000 is above qwen2.5-7b's max_position_embeddings"),
+    (["--max-model-len", "512"], "exceed --max-model-len 512"),
+    (["--kv-cache-gib", "0"], "--kv-cache-gib must be a positive size in GiB"),
+    (["--kv-cache-gib", "-3"], "--kv-cache-gib must be a positive size in GiB"),
+    (["--kv-cache-dtype", "fp4"], "--kv-cache-dtype fp4: use auto"),
+    (["--max-num-batched-tokens", "0"], "--max-num-batched-tokens must be a positive integer"),
+    (["--max-num-batched-tokens", "64", "--max-num-seqs", "128"], "--max-num-batched-tokens 64 is below --max-num-seqs"),
+    (["--tp", "3", "--gpus", "3"], "--tp 3 does not divide qwen2.5-7b's 28 attention heads"),
+    (["--gpus", "16"], "a H100 SXM node holds at most 8 GPUs; give --nodes 2"),
+])
+def test_bad_engine_flags_are_one_line_errors(args, fragment):
+    r = _cli("--model", "qwen2.5-7b", "--gpu", "h100", "-c", "1", *args)
+    assert r.exit_code == 2, r.output
+    out = r.output.strip()
+    assert len(out.splitlines()) == 1 and fragment in out and "Traceback" not in out, out
+
+
+def test_engine_flags_go_with_an_analytic_prediction(tmp_path):
+    bad = tmp_path / "p.json"
+    bad.write_text("{}")
+    r = _cli("--profile", str(bad), "--enforce-eager")
+    assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1 and "engine flags go with --model" in r.output

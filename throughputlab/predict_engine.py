@@ -1,0 +1,180 @@
+"""The engine of an analytic prediction: `predict`'s engine flags checked at the boundary, each
+engine's defaults with their sources, the layout limits of a part, and the lines that say what the
+engine's KV rule gave. The physics (KV rules, admission, fixed costs) is in roofline.engine."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict
+
+from throughputlab import roofline as rf
+from throughputlab.errors import UserError
+from throughputlab.models.spec import ModelSpec
+from throughputlab.profile import DatasheetPeak
+
+ENGINES = ("vllm", "sglang", "trtllm")
+KV_DTYPES = ("auto", "fp8")
+GIB = rf.GIB
+
+# Devices per node: SXM and OAM parts sit 8 to a baseboard (HGX/DGX A100, H100, H200, B200; AMD's
+# MI300X/MI325X platforms), DGX-2 held 16 V100s, a GB200 NVL72 compute tray 4 GPUs; PCIe cards go up to
+# 10 in the largest common chassis.
+MAX_GPUS_PER_NODE = {"GB200": 4, "V100": 16, "H100 PCIe": 10, "H100 NVL": 10, "H800 PCIe": 10, "A100 80GB PCIe": 10,
+                     "A800 80GB PCIe": 10, "L40S": 10, "L4": 10, "A10": 10, "RTX 4090": 10, "RTX 3090": 10}
+SXM_GPUS_PER_NODE = 8
+
+# Defaults and their sources, per engine.
+DEFAULT_SOURCES = {
+    "vllm": "vLLM defaults: gpu_memory_utilization 0.9 (vllm/config/cache.py); max_num_seqs and "
+            "max_num_batched_tokens from EngineArgs.get_batch_defaults (vllm/engine/arg_utils.py), OpenAI server: "
+            "1024 and 8192 on GPUs of 70 GiB or more that are not A100s, else 256 and 2048",
+    "sglang": "SGLang defaults (sglang/srt/server_args.py): mem_fraction_static 0.88/0.87/0.85/0.81/0.79 at TP "
+              "1/2/4/8/16, chunked_prefill_size 8192 (2048 under 25 GB); max_running_requests from the KV pool "
+              "(model_runner.init_memory_pool)",
+    "trtllm": "TensorRT-LLM defaults (tensorrt_llm/llmapi/llm_args.py): kv_cache_free_gpu_memory_fraction 0.9, "
+              "max_batch_size 2048, max_num_tokens 8192",
+}
+KV_RULES = {
+    "vllm": "vLLM: gpu_memory_utilization x memory - weights - profile-run activations at max_num_batched_tokens - "
+            "non-torch memory - CUDA graphs (vllm/v1/worker/gpu_worker.py determine_available_memory)",
+    "sglang": "SGLang: mem_fraction_static x memory - weights (sglang/srt/model_executor/model_runner.py "
+              "profile_max_num_token)",
+    "trtllm": "TensorRT-LLM: kv_cache_free_gpu_memory_fraction x (memory - weights - activations at max_num_tokens) "
+              "(KvCacheConfig.free_gpu_memory_fraction)",
+}
+
+
+class EngineOptions(BaseModel):
+    """The engine flags as the user gave them (None: the engine's default)."""
+
+    model_config = ConfigDict(extra="forbid")
+    engine: str = "vllm"
+    gpu_memory_utilization: Optional[float] = None
+    max_num_seqs: Optional[int] = None
+    max_model_len: Optional[int] = None
+    kv_cache_gib: Optional[float] = None
+    kv_cache_dtype: str = "auto"
+    enforce_eager: bool = False
+    max_num_batched_tokens: Optional[int] = None
+
+    def check(self) -> "EngineOptions":
+        if self.engine not in ENGINES:
+            raise UserError(f"--engine {self.engine}: use one of {', '.join(ENGINES)}")
+        if self.kv_cache_dtype not in KV_DTYPES:
+            raise UserError(f"--kv-cache-dtype {self.kv_cache_dtype}: use auto (the activations' 16 bits) or fp8")
+        u = self.gpu_memory_utilization
+        if u is not None and not 0 < u <= 1:
+            raise UserError(f"--gpu-memory-utilization must be a fraction in (0, 1], got {u} (vLLM's default is 0.9)")
+        for flag, v in (("--max-num-seqs", self.max_num_seqs), ("--max-model-len", self.max_model_len),
+                        ("--max-num-batched-tokens", self.max_num_batched_tokens)):
+            if v is not None and v < 1:
+                raise UserError(f"{flag} must be a positive integer, got {v}")
+        if self.kv_cache_gib is not None and not self.kv_cache_gib > 0:
+            raise UserError(f"--kv-cache-gib must be a positive size in GiB (the KV cache memory per GPU the engine "
+                            f"logs), got {self.kv_cache_gib}")
+        seqs, tokens = self.max_num_seqs, self.max_num_batched_tokens
+        if self.engine == "vllm" and seqs is not None and tokens is not None and tokens < seqs:
+            raise UserError(f"--max-num-batched-tokens {tokens} is below --max-num-seqs {seqs}: vLLM needs a token "
+                            "per running sequence each step; raise it or lower --max-num-seqs")
+        return self
+
+    @property
+    def given(self) -> bool:
+        return self != EngineOptions()
+
+
+def check_parts(spec: ModelSpec, ds: DatasheetPeak, gpus: int, nodes: int, tp: int) -> None:
+    """A TP size the attention heads allow, and no more devices per node than the part has."""
+    most = MAX_GPUS_PER_NODE.get(ds.device, SXM_GPUS_PER_NODE)
+    if gpus // nodes > most:
+        need = -(-gpus // most)
+        raise UserError(f"--gpus {gpus} on {nodes} node(s): a {ds.device} node holds at most {most} GPUs; "
+                        f"give --nodes {need} or more")
+    if spec.num_heads % tp:
+        ok = [t for t in (1, 2, 4, 8, 16) if spec.num_heads % t == 0]
+        raise UserError(f"--tp {tp} does not divide {spec.name}'s {spec.num_heads} attention heads: use a TP size "
+                        f"that does ({', '.join(map(str, ok))})")
+    kv = spec.num_kv_heads
+    if kv % tp and tp % kv:
+        raise UserError(f"--tp {tp} neither divides nor is a multiple of {spec.name}'s {kv} KV heads: use a TP size "
+                        f"that is")
+
+
+def resolve(opts: EngineOptions, spec: ModelSpec, ds: DatasheetPeak, tp: int, prompt_len: int,
+            output_len: int) -> rf.EngineSettings:
+    """The engine settings of a prediction: the flags given, each engine's defaults for the rest."""
+    opts = opts.check()
+    limit = spec.max_position_embeddings
+    if opts.max_model_len is not None and limit and opts.max_model_len > limit:
+        raise UserError(f"--max-model-len {opts.max_model_len} is above {spec.name}'s max_position_embeddings "
+                        f"({limit}): use at most {limit}")
+    max_len = opts.max_model_len or limit
+    if opts.max_model_len is not None and prompt_len + output_len > opts.max_model_len:
+        raise UserError(f"--prompt-len + --output-len ({prompt_len + output_len}) exceed --max-model-len "
+                        f"{opts.max_model_len}: raise --max-model-len or shorten the request")
+    mem = ds.memory_bytes or 0
+    name = opts.engine
+    if name == "vllm":
+        big = mem >= 70 * GIB and "A100" not in ds.device
+        frac, seqs, tokens = 0.9, 1024 if big else 256, 8192 if big else 2048
+        tokens = opts.max_num_batched_tokens or tokens
+        seqs = opts.max_num_seqs or min(seqs, tokens)
+    elif name == "sglang":
+        frac = 0.88 if tp < 2 else 0.87 if tp < 4 else 0.85 if tp < 8 else 0.81 if tp < 16 else 0.79
+        seqs, tokens = opts.max_num_seqs or 0, opts.max_num_batched_tokens or (2048 if mem < 25e9 else 8192)
+    else:
+        frac, seqs, tokens = 0.9, opts.max_num_seqs or 2048, opts.max_num_batched_tokens or 8192
+    if opts.gpu_memory_utilization is not None:
+        frac = opts.gpu_memory_utilization
+    return rf.EngineSettings(name=name, memory_fraction=frac, max_num_seqs=seqs, max_num_batched_tokens=tokens,
+                             max_model_len=max_len, kv_cache_dtype=opts.kv_cache_dtype, kv_cache_gib=opts.kv_cache_gib,
+                             enforce_eager=opts.enforce_eager, block_tokens=rf.BLOCK_TOKENS[name])
+
+
+def size_kv(settings: rf.EngineSettings, costs: rf.Costs, tp: int, device_bytes: Optional[float]) -> tuple[
+        rf.EngineSettings, Optional[int]]:
+    """The engine's KV cache in tokens by its rule (or the measured --kv-cache-gib), and the settings
+    completed with it (SGLang's request cap follows the pool)."""
+    shard = rf.tp_shard(costs, tp)
+    if settings.kv_cache_gib is not None:
+        kv_bytes, rule = settings.kv_cache_gib * GIB, f"measured, {settings.kv_cache_gib:g} GiB per GPU (--kv-cache-gib)"
+    elif device_bytes:
+        kv_bytes = rf.engine_kv_bytes(settings.name, costs, shard, tp, device_bytes, settings.memory_fraction,
+                                      settings.max_num_batched_tokens, settings.max_num_seqs or 1024,
+                                      settings.enforce_eager)
+        rule = KV_RULES[settings.name]
+    else:
+        return settings.model_copy(update={"max_num_seqs": settings.max_num_seqs or 2048}), None
+    tokens = rf.kv_cache_tokens_of(kv_bytes, shard, settings.block_tokens)
+    update = {"kv_rule": rule, "kv_cache_bytes_per_gpu": max(kv_bytes, 0.0)}
+    if not settings.max_num_seqs:  # SGLang: from the pool it allocated
+        update["max_num_seqs"] = rf.sglang_max_running_requests(tokens, settings.max_model_len or 4096)
+    return settings.model_copy(update=update), tokens
+
+
+def engine_lines(settings: rf.EngineSettings, kv_tokens: Optional[int], kv_seqs: Optional[int], prompt_len: int,
+                 output_len: int) -> list[str]:
+    """What the prediction's engine is and what its KV rule gave, for the header and the assumptions."""
+    s = settings
+    mode = "eager (no CUDA graphs)" if s.enforce_eager else "CUDA graphs"
+    frac = {"vllm": "gpu_memory_utilization", "sglang": "mem_fraction_static",
+            "trtllm": "kv_cache_free_gpu_memory_fraction"}[s.name]
+    lines = [f"engine: {s.name} ({frac} {s.memory_fraction:g}, max_num_seqs {s.max_num_seqs}, max_num_batched_tokens "
+             f"{s.max_num_batched_tokens}, max_model_len {s.max_model_len}, KV cache dtype {s.kv_cache_dtype}, {mode}; "
+             f"blocks of {s.block_tokens} tokens); {DEFAULT_SOURCES[s.name]}"]
+    if kv_tokens is None:
+        return lines + ["KV cache: unknown (the datasheet row has no memory size)"]
+    gib = (s.kv_cache_bytes_per_gpu or 0.0) / GIB
+    if kv_tokens == 0:
+        return lines + [f"KV cache: none: the weights and the engine's reserve fill its share of device memory (raise "
+                        f"--gpu-memory-utilization, lower --max-num-seqs or --max-num-batched-tokens, which size the "
+                        f"profile run's activations, or use more devices per engine, --tp, or a smaller dtype); "
+                        f"rule: {s.kv_rule}"]
+    lines.append(f"KV cache: {kv_tokens:,} tokens, {gib:.2f} GiB per GPU, {kv_seqs:,} sequences of prompt {prompt_len} + "
+                 f"output {output_len} (floor of tokens over {prompt_len + output_len} rounded up to whole blocks); "
+                 f"rule: {s.kv_rule}")
+    if s.name == "vllm" and s.max_model_len and kv_tokens < s.max_model_len:
+        lines.append(f"caution: vLLM refuses to start when one max_model_len sequence ({s.max_model_len:,} tokens) does "
+                     f"not fit its KV cache ({kv_tokens:,} tokens): run it with --max-model-len {kv_tokens} or less")
+    return lines

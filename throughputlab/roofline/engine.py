@@ -1,0 +1,203 @@
+"""An inference engine's own rules: how much KV cache it allocates, how many sequences it admits at
+once, and the fixed costs of its decode step (CUDA graphs or eager, the per-layer kernel floor).
+
+Each rule is one function with its source (docs/model.md, "Engine and transfers"); ``predict``,
+``throughput`` and ``decide`` call them and derive nothing themselves. Sizes in bytes, times in
+seconds. KV capacities are per engine in tokens (every device of a TP engine holds the same tokens).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict
+
+from throughputlab.roofline.core import Costs, all_weight_bytes
+
+GIB = 2**30
+# Memory the CUDA runtime does not expose (torch.cuda.mem_get_info's total against nvidia-smi's):
+# H100 80GB 79.21 of 79.65 GiB, H200 139.80 of 140.40 GiB, A100 80GB 79.25 of 80.00 GiB; mean 0.6 GiB.
+CUDA_UNEXPOSED_BYTES = 0.6 * GIB
+ACTIVATION_BYTES = 2  # 16-bit activations, whatever the weight dtype (FP8 checkpoints compute in BF16)
+# vLLM's profile run ends with the sampler on min(max_num_seqs, max_num_batched_tokens) rows, top-k and
+# top-p set (gpu_model_runner._dummy_sampler_run): 16-bit and fp32 logits and fp32 probabilities, about
+# 12 bytes per vocabulary entry and row (FlashInfer's fused top-k/top-p sorts nothing; the PyTorch-native
+# path adds a sort, values and int64 indices, to ~20). The Mistral-7B LLaVA log below implies 13.
+SAMPLER_BYTES_PER_LOGIT = 12
+# Memory outside torch's allocator that vLLM subtracts (gpu_worker.determine_available_memory,
+# "non_torch_memory"): 0.05-0.35 GiB on one GPU in published logs, 0.25 GiB on each rank of a TP-2
+# engine (vLLM issue #13061, NCCL included).
+NON_TORCH_BYTES = 0.25 * GIB
+# CUDA graphs' pool, which current vLLM estimates before sizing the KV cache ("Estimated CUDA graph
+# memory"): 0.23-0.67 GiB for 7-8B dense models in published logs.
+CUDA_GRAPH_BYTES = 0.5 * GIB
+# Tokens per KV block: vLLM's block_size on CUDA (vllm/config/cache.py), SGLang's page_size,
+# TensorRT-LLM's KvCacheConfig.tokens_per_block.
+BLOCK_TOKENS = {"vllm": 16, "sglang": 1, "trtllm": 32}
+# Decode fixed costs. With CUDA graphs: 0.55 ms per step plus the GEMM floors below (SGLang PR #1401:
+# Llama-3-8B at batch 1 takes 7.06 ms a step on H100; its 16.06 GB of weights at 80% of 3.35 TB/s take
+# 5.99 ms and its 128 GEMM floors 0.51 ms, which leaves 0.55 ms). Eager: the
+# kernel launches and Python per layer come on top (vllm-omni issue #7960, Qwen2.5-Omni-7B thinker on
+# A800, 28 layers: 22-23 ms eager against 13 ms with graphs, 0.34 ms per layer; SGLang PR #1401,
+# Llama-3-8B, 32 layers: +2.2 ms (triton) and +0.9 ms (flashinfer), 0.07 and 0.03 ms per layer).
+GRAPH_STEP_S = 0.55e-3
+EAGER_LAYER_S = {"vllm": 0.34e-3, "sglang": 0.07e-3, "trtllm": 0.34e-3}
+# A weight GEMM of a decode step costs a fixed ~4 us above its bytes' time (onnxruntime issue #32382,
+# H100, M=1 GEMV kernels at decode shapes: 6.3-14 us for 1.6-14 MB, 16-62% of the achievable
+# bandwidth); four per layer (QKV, O, gate-up, down). A TP shard reads 1/TP of the bytes per kernel
+# but pays the same floor, so it reaches less of the bandwidth (llama.cpp issue #28863: splitting a
+# batch-1 GEMV over two GPUs drops each card's DRAM utilisation from 66% to 43%).
+GEMM_FLOOR_S = 4e-6
+GEMMS_PER_LAYER = 4
+
+Engine = Literal["vllm", "sglang", "trtllm"]
+KVDtype = Literal["auto", "fp8"]
+
+
+class EngineSettings(BaseModel):
+    """The generation engine's settings a prediction used (stored with the model in the profile)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: Engine = "vllm"
+    memory_fraction: float  # vLLM gpu_memory_utilization, SGLang mem_fraction_static, TRT-LLM free fraction
+    max_num_seqs: int  # SGLang max_running_requests, TRT-LLM max_batch_size
+    max_num_batched_tokens: int  # the chunked-prefill token budget (SGLang chunked_prefill_size, TRT max_num_tokens)
+    max_model_len: Optional[int] = None
+    kv_cache_dtype: KVDtype = "auto"
+    kv_cache_gib: Optional[float] = None  # measured KV memory per GPU; overrides the rule
+    enforce_eager: bool = False
+    block_tokens: int = 16
+    kv_rule: str = ""  # the rule (and source) that sized the KV cache, as printed
+    kv_cache_bytes_per_gpu: Optional[float] = None  # what the rule gave on one device
+
+
+# ---------------------------------------------------------------- bytes
+
+
+def kv_value_bytes(weight_bytes_per_param: int, kv_cache_dtype: str = "auto") -> int:
+    """Bytes per cached K or V value: fp8 is 1; auto is the model's activation dtype, 16 bits for 16-bit
+    and 8-bit weights alike (vLLM --kv-cache-dtype auto), fp32 for an fp32 model."""
+    return 1 if kv_cache_dtype == "fp8" else max(weight_bytes_per_param, ACTIVATION_BYTES)
+
+
+def profile_activation_bytes(costs: Costs, tokens: int, rows: int, tp: int = 1) -> float:
+    """The activation peak of an engine's profiling forward pass on one device: ``tokens`` tokens
+    (max_num_batched_tokens) holding the residual and hidden streams and the MLP's gate-up and
+    activation outputs, 16-bit, N*(2h + 3*w/TP)*2 bytes (w: the MLP width a token uses, top-k experts
+    for MoE), then the sampler on ``rows`` rows of the full vocabulary (gathered on rank 0), 12 bytes a
+    logit. Published vLLM peaks (gpu_worker's log): a Mistral-7B LLaVA on H100 at the offline defaults (16,384
+    tokens, 1,024 rows) 1.97 GiB (this gives 1.93 GiB); Llama-3.1-8B on A100 1.44 GiB."""
+    h, w, v = costs.hidden_size or 0, costs.mlp_width or 0, costs.vocab_size or 0
+    return tokens * (2 * h + 3 * w / max(tp, 1)) * ACTIVATION_BYTES + rows * v * SAMPLER_BYTES_PER_LOGIT
+
+
+# ---------------------------------------------------------------- KV rules (bytes per device)
+
+
+def vllm_kv_bytes(device_bytes: float, utilization: float, weight_bytes: float, activation_bytes: float = 0.0,
+                  non_torch: float = 0.0, graph_bytes: float = 0.0) -> float:
+    """vLLM (vllm/v1/worker/gpu_worker.py determine_available_memory): gpu_memory_utilization x the
+    memory CUDA exposes, minus the weights, the profile run's activation peak, non-torch memory and
+    the CUDA graphs' estimate."""
+    return utilization * (device_bytes - CUDA_UNEXPOSED_BYTES) - weight_bytes - activation_bytes - non_torch - graph_bytes
+
+
+def sglang_kv_bytes(device_bytes: float, mem_fraction_static: float, weight_bytes: float,
+                    non_torch: float = 0.0) -> float:
+    """SGLang (sglang/srt/model_executor/model_runner.py profile_max_num_token): the memory free after
+    loading less (1 - mem_fraction_static) of the total, i.e. mem_fraction_static x total minus what is
+    loaded; activations and CUDA graphs live in the remainder."""
+    return mem_fraction_static * (device_bytes - CUDA_UNEXPOSED_BYTES) - weight_bytes - non_torch
+
+
+def trtllm_kv_bytes(device_bytes: float, free_fraction: float, weight_bytes: float, activation_bytes: float = 0.0,
+                    non_torch: float = 0.0) -> float:
+    """TensorRT-LLM (KvCacheConfig.free_gpu_memory_fraction, default 0.9): that fraction of the memory
+    still free after the weights and a profiling forward pass at max_num_tokens."""
+    return free_fraction * (device_bytes - CUDA_UNEXPOSED_BYTES - weight_bytes - activation_bytes - non_torch)
+
+
+def kv_tokens_from_bytes(kv_bytes: float, kv_bytes_per_token: float, block_tokens: int = 1) -> int:
+    """Whole blocks of KV cache in ``kv_bytes`` (one device's share, k per token on that device)."""
+    if kv_bytes <= 0 or kv_bytes_per_token <= 0:
+        return 0
+    return int(kv_bytes // (kv_bytes_per_token * block_tokens)) * block_tokens
+
+
+# ---------------------------------------------------------------- admission
+
+
+def sequence_footprint_tokens(prompt_len: int, output_len: int, block_tokens: int = 1) -> int:
+    """KV tokens a sequence holds when it finishes, prompt + output, rounded up to whole blocks."""
+    return math.ceil((prompt_len + output_len) / block_tokens) * block_tokens
+
+
+def kv_sequences(kv_tokens: Optional[int], prompt_len: int, output_len: int, block_tokens: int = 1) -> Optional[int]:
+    """Sequences the KV cache holds to completion: floor(KV tokens / footprint) (never rounded up).
+    The footprint is prompt + output, not the steady-state mean prompt + output/2: a burst starts its
+    sequences together, so they reach prompt + output together, and vLLM preempts the newest (and
+    recomputes it later) when they outgrow the cache; TensorRT-LLM's GUARANTEED_NO_EVICT scheduler
+    admits a request only with room for prompt + max_tokens."""
+    if kv_tokens is None:
+        return None
+    return kv_tokens // sequence_footprint_tokens(prompt_len, output_len, block_tokens)
+
+
+def admitted(concurrency: int, kv_seqs: Optional[int], max_num_seqs: Optional[int]) -> int:
+    """Sequences an engine runs at once: min(concurrency, KV-cache sequences, max_num_seqs); the rest queue."""
+    caps = [x for x in (kv_seqs, max_num_seqs) if x is not None]
+    return min([concurrency, *caps])
+
+
+def admission_bound(concurrency: int, kv_seqs: Optional[int], max_num_seqs: Optional[int]) -> Optional[str]:
+    """Which cap holds ``concurrency`` back ("admission: KV cache" or "admission: max_num_seqs"); None: none."""
+    if admitted(concurrency, kv_seqs, max_num_seqs) >= concurrency:
+        return None
+    if kv_seqs is not None and (max_num_seqs is None or kv_seqs <= max_num_seqs):
+        return "admission: KV cache"
+    return "admission: max_num_seqs"
+
+
+# ---------------------------------------------------------------- fixed costs of a decode step
+
+
+def decode_fixed_s(num_layers: int, engine: str = "vllm", enforce_eager: bool = False,
+                   step_s: float = GRAPH_STEP_S, gemm_floors: bool = True) -> float:
+    """A decode step's fixed cost: the step's own (scheduling, sampling, graph launch), the weight
+    GEMMs' floors (GEMMS_PER_LAYER x GEMM_FLOOR_S per layer, the same on a 1/TP shard: modelled as a
+    per-layer per-step fixed cost; ``gemm_floors=False`` when ``step_s`` was measured with them inside),
+    and in eager mode the kernel launches and Python of every layer."""
+    eager = num_layers * EAGER_LAYER_S.get(engine, EAGER_LAYER_S["vllm"]) if enforce_eager else 0.0
+    return step_s + (num_layers * GEMMS_PER_LAYER * GEMM_FLOOR_S if gemm_floors else 0.0) + eager
+
+
+# ---------------------------------------------------------------- one engine's KV cache
+
+
+def engine_kv_bytes(engine: str, costs: Costs, device_costs: Costs, tp: int, device_bytes: float,
+                    memory_fraction: float, batched_tokens: int, max_num_seqs: int,
+                    enforce_eager: bool = False) -> float:
+    """The KV memory one device of an engine allocates by its own rule (``device_costs``: that device's
+    TP shard of ``costs``): vLLM with its profile run (``batched_tokens`` tokens, the sampler on
+    min(max_num_seqs, batched_tokens) rows), non-torch memory and CUDA graphs (none when eager);
+    SGLang; TensorRT-LLM with its profiling forward pass (the logits of a few requests neglected)."""
+    weights, other = all_weight_bytes(device_costs), NON_TORCH_BYTES
+    if engine == "sglang":
+        return sglang_kv_bytes(device_bytes, memory_fraction, weights, other)
+    if engine == "trtllm":
+        act = profile_activation_bytes(costs, batched_tokens, 0, tp)
+        return trtllm_kv_bytes(device_bytes, memory_fraction, weights, act, other)
+    act = profile_activation_bytes(costs, batched_tokens, min(max_num_seqs, batched_tokens), tp)
+    return vllm_kv_bytes(device_bytes, memory_fraction, weights, act, other, 0.0 if enforce_eager else CUDA_GRAPH_BYTES)
+
+
+def kv_cache_tokens_of(kv_bytes: float, device_costs: Costs, block_tokens: int = 1) -> int:
+    """Tokens the engine's KV cache holds: whole blocks of one device's k in that device's KV memory."""
+    return kv_tokens_from_bytes(kv_bytes, device_costs.kv_bytes_per_token, block_tokens)
+
+
+def sglang_max_running_requests(kv_tokens: int, context_len: int) -> int:
+    """SGLang's default cap on running requests (model_runner.init_memory_pool's req_to_token pool):
+    min(max(KV tokens / context_len * 512, 2048), 4096)."""
+    return min(max(int(kv_tokens / max(context_len, 1) * 512), 2048), 4096)
