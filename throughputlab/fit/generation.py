@@ -1,9 +1,8 @@
 """The generation fit: decode step (hard or smooth maximum, chosen by held-out error), prefill,
 per-call overhead, and the overhead probe's step times fitted jointly (docs/model.md).
 
-With per-step timings the decode parameters are fitted to the decode step times and the
-prefill to the prefill times (BW shared with decode); without them (a published curve, an HTTP
-engine) the same parameters are fitted to end-to-end tokens/s, with the prefill sharing them.
+With per-step timings the decode parameters are fitted to the decode step times and the prefill to
+the prefill times (BW shared); without them (a published curve, an HTTP engine) to end-to-end tokens/s.
 """
 
 from __future__ import annotations
@@ -77,13 +76,11 @@ def _resampled(p: GenPoint, rng: np.random.Generator) -> GenObs:
 
 
 def ceilings(peaks: Peaks, devices: int = 1) -> tuple[Optional[float], Optional[float]]:
-    """Upper ends of the search: the datasheet peak (cannot be exceeded), else 10x the
-    micro-benchmark; an engine over ``devices`` devices (tensor parallel) has that many times one
-    device's peak."""
-    bw = peaks.datasheet_bytes_per_s or (MICROBENCH_HEADROOM * peaks.microbench_bytes_per_s
-                                         if peaks.microbench_bytes_per_s else None)
-    phi = peaks.datasheet_flops_per_s or (MICROBENCH_HEADROOM * peaks.microbench_flops_per_s
-                                          if peaks.microbench_flops_per_s else None)
+    """Upper ends of the search: the datasheet peak (cannot be exceeded), else 10x the micro-benchmark;
+    an engine over ``devices`` devices (tensor parallel) has that many times one device's peak."""
+    bench = (peaks.microbench_bytes_per_s, peaks.microbench_flops_per_s)
+    bw, phi = (sheet or (MICROBENCH_HEADROOM * b if b else None)
+               for sheet, b in zip((peaks.datasheet_bytes_per_s, peaks.datasheet_flops_per_s), bench))
     return (bw * devices if bw else None), (phi * devices if phi else None)
 
 
@@ -252,6 +249,9 @@ class _GenFit:
 def _gen_fit_all(spec: _GenSpec, obs: list[GenObs], phi_hi, starts=None) -> _GenFit:
     """Decode (+ prefill + overhead when the target is step times) fitted to ``obs``."""
     sol = solve(_decode_residuals(spec, obs), starts or _decode_starts(spec, obs), spec.lo, spec.hi)
+    if spec.form == "max" and spec.target == "decode_step_s":  # PHI at its floor where no point is compute-bound
+        sol = identify.phi_at_its_floor(spec.costs, [(o.c, o.s) for o in obs], sol, spec.unpack(sol.x), spec.lo[2],
+                                        spec.hi[2])
     dec = spec.unpack(sol.x)
     pre = psol = None
     overhead = 0.0

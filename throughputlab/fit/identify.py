@@ -13,6 +13,7 @@ depend on the sum (and on BW alone only through the KV term).
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Optional
 
 import numpy as np
@@ -145,3 +146,18 @@ def bw_range(params: list[ParamEstimate], combos: list[ParamEstimate], weight_by
     if bw.identified or const is None or const.value <= 0:
         return None
     return weight_bytes / const.value, measured_memory(peaks, devices)[0]
+
+
+def phi_at_its_floor(costs: Costs, points: list[tuple[float, float]], sol: LSQ, dec: tuple, lo: float,
+                     hi: float) -> LSQ:
+    """Where every decode point (c, s) is memory-bound, the step times do not move with PHI above the
+    smallest value that keeps them so: the fit takes that floor (log PHI is x[2]), so the knee it
+    states is the lowest the data allow; the solver would stop anywhere on the flat part."""
+    bw, phi, bm = dec[1], dec[2], dec[6]
+    floor = max(rf.decode_flops(costs, c, s) / rf.decode_mem_s(costs, c, s, bw, bm) for c, s in points)
+    floor *= 1 + 1e-9  # every point stays memory-bound at it
+    if floor >= phi:  # some point is compute-bound: PHI is identified
+        return sol
+    x = sol.x.copy()
+    x[2] = float(np.clip(math.log(floor), lo, hi))
+    return replace(sol, x=x)
