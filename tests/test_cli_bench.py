@@ -342,10 +342,10 @@ def test_precedence_defaults_file_flags_set(tmp_path):
                 "--set", "generation.prompt_len=8", "--set", "measurement.rounds=1", "-o", str(out))
     assert r.returncode == 0, r.stderr
     s = Profile.load(out).spec
-    assert s.generation.output_len == 4  # file over default (16)
+    assert s.generation.output_len == 4  # file over default (8)
     assert s.measurement.repeats == 2  # flag over file (3)
     assert s.generation.prompt_len == 8 and s.measurement.rounds == 1  # --set over flag and file
-    assert s.training.seq_len == 128  # nobody set it: the default
+    assert s.training.seq_len == 64  # nobody set it: the default
     point = Profile.load(out).generation[0]
     assert point.prompt_len == 8 and point.rounds == 1 and len(point.samples) == 2 + 2 * point.remeasured
 

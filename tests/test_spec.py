@@ -21,9 +21,9 @@ def test_one_set_of_defaults():
     d = DEFAULTS
     assert (d.model, d.generation.backend, d.training.backend) == ("demo", "hf", "torch")
     assert d.generation.concurrency == [1, 2, 4, 8, 16, 32, 64] and d.training.micro_batches == [1, 2, 4, 8]
-    assert (d.generation.prompt_len, d.generation.output_len, d.training.seq_len) == (64, 16, 128)
+    assert (d.generation.prompt_len, d.generation.output_len, d.training.seq_len) == (16, 8, 64)
     m = d.measurement
-    assert (m.warmup, m.repeats, m.rounds, m.max_cv, m.max_remeasure, m.auto_cap) == (1, 1, 3, 0.10, 2, 1024)
+    assert (m.warmup, m.repeats, m.rounds, m.max_cv, m.max_remeasure, m.auto_cap) == (1, 1, 2, 0.10, 1, 1024)
     assert d.telemetry.enabled and d.telemetry.hz == 20.0
     assert Measurement() == d.measurement  # the sweep runner's hygiene is the spec's section
     s = SweepSettings(dtype="float32", device="cpu")
@@ -79,7 +79,7 @@ def test_spec_file_errors(tmp_path):
 def test_differences_skip_the_instruments():
     a = resolve([parse_set("py_spy.enabled=true")])
     b = resolve([parse_set("generation.prompt_len=8"), parse_set("py_spy.points=[4]")])
-    assert differences(a, b) == {"generation.prompt_len": (64, 8)}
+    assert differences(a, b) == {"generation.prompt_len": (16, 8)}
 
 
 def test_resume_may_grow_the_measured_axes_only():
@@ -89,8 +89,8 @@ def test_resume_may_grow_the_measured_axes_only():
         return resume_differences(base, resolve([parse_set(i) for i in items]))
 
     # more values on each axis: allowed, with what is added; the default prompt counts as measured
-    assert grown("generation.concurrency=[1,4,16]", "generation.contexts=[64,2048]",
-                 "training.micro_batches=[1,2,8]", "training.seq_lens=[128,1024]") == (
+    assert grown("generation.concurrency=[1,4,16]", "generation.contexts=[16,2048]",
+                 "training.micro_batches=[1,2,8]", "training.seq_lens=[64,1024]") == (
         {}, {"generation.concurrency": [16], "generation.contexts": [2048], "training.micro_batches": [8],
              "training.seq_lens": [1024]})
     assert grown("generation.concurrency=[4,1]", "training.micro_batches=[1,2]") == ({}, {})  # the same sweep
@@ -105,8 +105,8 @@ def test_resume_may_grow_the_measured_axes_only():
         assert key in refused and key not in extended
     # more rounds add samples to every stored point; fewer are refused
     same = ["generation.concurrency=[1,4]", "training.micro_batches=[1,2]"]
-    assert grown(*same, "measurement.rounds=5") == ({}, {"measurement.rounds": [4, 5]})
-    refused, extended = grown(*same, "measurement.rounds=2")
+    assert grown(*same, "measurement.rounds=5") == ({}, {"measurement.rounds": [3, 4, 5]})
+    refused, extended = grown(*same, "measurement.rounds=1")
     assert "measurement.rounds" in refused and not extended
 
 

@@ -82,8 +82,10 @@ class GenerationSpec(_Section):
 
     backend: Literal["hf", "vllm", "openai"] = "hf"
     concurrency: XValues = [1, 2, 4, 8, 16, 32, 64]
-    prompt_len: PositiveInt = 64
-    output_len: Annotated[int, Field(ge=2)] = 16  # one token from the prefill, at least one decode step
+    # The default run's shape (README, "What the default run measures"): short prompts and 8 output
+    # tokens keep it within two minutes on a slow 2-core CPU; 7 decode steps a run are each timed.
+    prompt_len: PositiveInt = 16
+    output_len: Annotated[int, Field(ge=2)] = 8  # one token from the prefill, at least one decode step
     engine_args: dict[str, Any] = {}
     tensor_parallel: PositiveInt = 1  # vllm: one engine over this many devices (tensor_parallel_size)
     data_parallel: PositiveInt = 1  # vllm: this many engine replicas on disjoint devices, measured together
@@ -103,7 +105,7 @@ class TrainingSpec(_Section):
 
     backend: Literal["torch"] = "torch"
     micro_batches: XValues = [1, 2, 4, 8]
-    seq_len: PositiveInt = 128
+    seq_len: PositiveInt = 64
     seq_lens: Lengths = None  # every micro-batch at each of these sequence lengths; None: seq_len alone
     effective_lr: bool = False  # record ||dW||/||W|| per parameter group
 
@@ -117,9 +119,9 @@ class Measurement(_Section):
 
     warmup: Annotated[int, Field(ge=0)] = 1  # untimed runs: first visit (training under glibc on the CPU: every visit)
     repeats: PositiveInt = 1  # timed runs per point and round
-    rounds: PositiveInt = 3  # passes over the sweep, each adding `repeats` samples to every point
+    rounds: PositiveInt = 2  # passes over the sweep, each adding `repeats` samples to every point
     max_cv: Annotated[float, Field(gt=0)] = 0.10  # tokens/s spread above which a point is measured again
-    max_remeasure: Annotated[int, Field(ge=0)] = 2  # at most this many extra rounds (or re-measurements)
+    max_remeasure: Annotated[int, Field(ge=0)] = 1  # at most this many extra rounds (or re-measurements)
     auto_cap: PositiveInt = 1024  # largest value an `auto` sweep tries
 
 
@@ -192,13 +194,14 @@ class SweepSettings(BaseModel):
     device: str
     gen_backend: Optional[str] = None
     train_backend: Optional[str] = None
-    prompt_len: int = DEFAULTS.generation.prompt_len
-    output_len: int = 32  # what a profile without the key measured (the default then), as `rounds` below
-    seq_len: int = DEFAULTS.training.seq_len
+    # what a profile without the key measured (the defaults then), as `rounds` below
+    prompt_len: int = 64
+    output_len: int = 32
+    seq_len: int = 128
     warmup: int = DEFAULTS.measurement.warmup
     repeats: int = DEFAULTS.measurement.repeats
     max_cv: float = DEFAULTS.measurement.max_cv
-    max_remeasure: int = DEFAULTS.measurement.max_remeasure
+    max_remeasure: int = 2
     # Not the spec's default: profiles written before rounds existed lack this key, and they
     # measured every point in one pass.
     rounds: int = 1
