@@ -45,6 +45,7 @@ def test_decode_loop_matches_transformers_greedy_generate(gen):
     assert torch.equal(ours, ref[:, 6:])
 
 
+@pytest.mark.slow
 def test_overhead_probe_runs_the_same_requests_through_the_narrowed_network(gen):
     s = gen.run(2, 8, 5)
     assert len(s.probe_decode_step_s) == 4 and all(t > 0 for t in s.probe_decode_step_s)

@@ -98,6 +98,7 @@ def test_utilisation_hand_computed(synthetic):
     assert u.mbu_datasheet is None  # no datasheet on a CPU
 
 
+@pytest.mark.slow
 def test_smooth_form_chosen_only_when_held_out_error_drops():
     true = {**TRUE, "p": 1.5}
     r = fit_profile(make_profile(concurrencies=(1, 2, 4, 8, 12, 16, 24, 32, 64), true=true, noise=0.005, seed=3,

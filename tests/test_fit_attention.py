@@ -99,6 +99,7 @@ def test_kv_reads_at_the_probes_read_bandwidth_where_the_fit_would_carry_a_faste
     assert min(errs_fast) < -0.15, errs_fast  # the weights' rate carried to the KV reads at 2,048 tokens
 
 
+@pytest.mark.slow
 def test_an_http_engines_points_get_no_ceiling_from_this_machines_probe():
     prof = make_profile(model="demo", micro_batches=(), noise=0.005, microbench=(14e9, 70e9, 6e9))
     _, model = _fit(prof)

@@ -52,6 +52,7 @@ def split_fit():
     return fit_profile(axis_profile(phi_attn=TRUE["train_phi"] / 4, m2=M2))
 
 
+@pytest.mark.slow
 def test_attention_rate_of_its_own_is_chosen_and_recovered(split_fit):
     tr = split_fit.training
     assert tr.form == "split" and tr.seq_lens == list(SEQ_LENS)
@@ -116,6 +117,7 @@ def test_memory_per_sequence_quadratic_in_s(split_fit):
     assert "not measured at this length" in memory_statement(mem, 2048)
 
 
+@pytest.mark.slow
 def test_memory_linear_in_s_when_the_data_say_so():
     mem = fit_profile(axis_profile(seed=1)).training.memory
     assert mem.activation_form == "linear" and mem.mem_sq_share == 0.0 and mem.mem_per_token_sq_bytes == 0.0
@@ -124,6 +126,7 @@ def test_memory_linear_in_s_when_the_data_say_so():
         assert a.mem_per_sample_bytes == pytest.approx(M1 * a.seq_len, rel=0.03)
 
 
+@pytest.mark.slow
 def test_an_oom_at_a_long_length_caps_that_length_and_longer_only():
     r = fit_profile(axis_profile(m2=M2, ooms=[(8, 512)]))
     mem = r.training.memory

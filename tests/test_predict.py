@@ -64,6 +64,7 @@ def test_predicted_profile_is_profile_shaped(qwen_h200, tmp_path):
         fit_profile(back)
 
 
+@pytest.mark.slow
 def test_fitted_prediction_at_unmeasured_concurrency():
     prof = make_profile(concurrencies=(1, 2, 4, 8, 16, 32, 64), micro_batches=(1, 2, 4, 8), noise=0.005)
     pred = predict_from_profile(prof, concurrency=[3, 24, 48], micro_batches=[3, 6])
@@ -102,6 +103,7 @@ def test_a_context_grid_is_predicted_at_its_longest_measured_context_by_default(
     assert predict_from_profile(grid, concurrency=[2], prompt_len=100).settings.prompt_len == 100
 
 
+@pytest.mark.slow
 def test_calibration_carries_measured_efficiencies():
     prof = make_profile(concurrencies=(1, 2, 4, 8, 16, 32, 64), micro_batches=(1, 2, 4), noise=0.005)
     eff = calibration_from(prof)
@@ -176,6 +178,7 @@ def test_the_printed_tables_flag_micro_batches_that_do_not_fit_and_concurrency_p
     assert list(g["bound"]) == ["admission: KV cache"]
 
 
+@pytest.mark.slow
 def test_calibration_caps_impossible_efficiencies_and_keeps_defaults_for_floors():
     """A fitted rate above the calibration device's reference is no efficiency: capped at 100% and
     said. A FLOP rate that is only a floor (every point memory-bound) keeps the stated default."""

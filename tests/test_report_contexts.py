@@ -53,6 +53,7 @@ def _figures(html: str) -> list[list[dict]]:
     return [json.loads(d) for d in re.findall(r"Plotly\.newPlot\(\s*\"[^\"]+\",\s*(\[.*?\]),\s*\{", html, re.S)]
 
 
+@pytest.mark.slow
 def test_one_measured_and_one_fitted_curve_per_context(several):
     fit = load_fit(several)
     fig = generation_figure([(several, fit, "#1f77b4")])
