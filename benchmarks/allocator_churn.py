@@ -42,10 +42,12 @@ print(json.dumps(rows))
 
 
 def run(args, preload: str | None) -> list[dict]:
+    from throughputlab.allocator import preload_env
+
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)
     if preload:
-        env["LD_PRELOAD"] = preload
+        env = preload_env(preload, env)  # as bench preloads it
     out = subprocess.run([sys.executable, "-c", WORKER, args.model, str(args.seq_len), str(args.steps), args.batches,
                           args.dtype], env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])

@@ -98,10 +98,22 @@ def launched_as_cli() -> bool:
     return argv0 is not None and (argv0.name == "throughputlab" or argv0.parts[-2:] == ("throughputlab", "__main__.py"))
 
 
+def preload_env(lib: str, env: Optional[dict] = None) -> dict:
+    """``env`` (default: this process's) with ``lib`` preloaded. mimalloc hands free pages back to the
+    kernel 10 ms after they are freed (its purge delay): 10 s instead, so a training step reuses the
+    blocks the step before freed, as under tcmalloc, and :func:`release_free_memory` can still hand
+    them back (with -1, never purge, mimalloc's forced collection keeps them); the user's own
+    setting wins."""
+    env = dict(os.environ if env is None else env)
+    env["LD_PRELOAD"] = " ".join(p for p in (lib, env.get("LD_PRELOAD", "")) if p)
+    if "mimalloc" in Path(lib).name:
+        env.setdefault("MIMALLOC_PURGE_DELAY", "10000")
+    return env
+
+
 def reexec_with(lib: str) -> None:
     """Replace this process by the same command with ``lib`` preloaded (same pid: signals, Ctrl-C)."""
-    env = dict(os.environ)
-    env["LD_PRELOAD"] = " ".join(p for p in (lib, env.get("LD_PRELOAD", "")) if p)
+    env = preload_env(lib)
     env[MARK] = lib
     sys.stdout.flush()
     sys.stderr.flush()
