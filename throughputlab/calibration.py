@@ -34,7 +34,8 @@ class Efficiencies(BaseModel):
     attention_bw: Optional[float] = 0.80
     decode_phi: float = 0.50
     prefill_phi: float = 0.60
-    train_phi: float = 0.40
+    train_phi: float = 0.40  # the fallback: predict takes roofline.train_mfu's published figure unless measured
+    train_phi_measured: bool = False  # calibrated from a profile's training fit
     decode_t0_s: float = rf.GRAPH_STEP_S  # the step's own fixed cost; predictions add the per-layer ones
     decode_t0_includes_layers: bool = False  # calibrated: t0 as measured, per-layer costs inside it
     decode_t_seq_s: float = 0.0  # per sequence per decode step (measured only by an overhead probe)
@@ -47,7 +48,7 @@ class Efficiencies(BaseModel):
     tp_small_alpha_s: float = rf.TP_SMALL_ALPHA_S  # small tensors on NVLink (custom all-reduce)
     tp_small_bw_share: float = rf.TP_SMALL_BW_SHARE  # their bus bandwidth, as a share of the link's
     fsdp_alpha_s: float = 20e-6
-    fsdp_hidden: float = 0.5
+    fsdp_hidden: Optional[float] = None  # None: 1 - roofline.fsdp_exposed_share (published scaling)
     source: str = "stated defaults (no measurement)"
     intervals: dict[str, tuple[Optional[float], Optional[float]]] = {}  # 95% ranges when calibrated
     cautions: list[str] = []  # what a calibration could not carry over as measured, and why
@@ -55,7 +56,8 @@ class Efficiencies(BaseModel):
     def describe(self) -> list[str]:
         lines = [f"efficiencies from {self.source}:",
                  f"decode bandwidth {self.decode_bw:.0%} of peak, decode FLOP/s {self.decode_phi:.0%}, "
-                 f"prefill FLOP/s {self.prefill_phi:.0%}, training FLOP/s {self.train_phi:.0%}",
+                 f"prefill FLOP/s {self.prefill_phi:.0%}, training FLOP/s "
+                 + (f"{self.train_phi:.0%}" if self.train_phi_measured else "the device family's (published FSDP runs)"),
                  "decode attention: " + (f"its own kernel after the GEMMs, KV read at {self.attention_bw:.0%} of "
                                          "peak bandwidth" if self.attention_bw else
                                          "one roofline with the GEMMs over the summed bytes and FLOPs"),
@@ -69,7 +71,9 @@ class Efficiencies(BaseModel):
         lines.append(f"collectives: {self.comm_bw:.0%} of the link bandwidth, latency {self.tp_alpha_s * 1e6:.3g} us "
                      f"(tensor parallel, large; NVLink small tensors {self.tp_small_alpha_s * 1e6:.3g} us at "
                      f"{self.tp_small_bw_share:.0%} of the link; PCIe {rf.TP_PCIE_ALPHA_S * 1e6:.3g} us) and "
-                     f"{self.fsdp_alpha_s * 1e6:.3g} us (FSDP), {self.fsdp_hidden:.0%} of FSDP's traffic hidden under compute")
+                     f"{self.fsdp_alpha_s * 1e6:.3g} us (FSDP), "
+                     + (f"{self.fsdp_hidden:.0%} of FSDP's traffic hidden" if self.fsdp_hidden is not None else
+                        "FSDP's exposed share from published scaling runs"))
         for k, (lo, hi) in self.intervals.items():
             if lo is not None and hi is not None:
                 lines.append(f"{k}: 95% range {lo:.3g} to {hi:.3g}")
@@ -78,6 +82,47 @@ class Efficiencies(BaseModel):
 
 
 DEFAULT_EFFICIENCIES = Efficiencies()
+
+# Decode/prefill defaults per device family, resolved from the datasheet row's key (hardware.peaks).
+# One row per family: (family, datasheet keys, engine or None for any, {field: value}, source). Each
+# value is a published measurement outside benchmarks/data/published/; a family without one keeps the
+# stated defaults and says so. Fields not named keep DEFAULT_EFFICIENCIES' values.
+_FAMILY_ROWS: list[tuple[str, tuple[str, ...], Optional[str], dict[str, float], str]] = [
+    ("NVIDIA Hopper", ("H100 SXM", "H100 PCIe", "H100 NVL", "H200", "H20", "H800 SXM", "H800 PCIe"), None,
+     {"decode_bw": 0.80}, "Nsight Compute on an H100 SXM5 LLM decode (mikamirai.com/blog/gpu-memory-bandwidth, "
+     "2026): weight loads 2.6-2.8 TB/s of 3.35 (78-84%); 80% kept"),
+    ("NVIDIA Ampere", ("A100 40GB", "A100 80GB PCIe", "A100 80GB SXM", "A800 80GB PCIe", "A800 80GB SXM", "A10",
+                       "RTX 3090"), None,
+     {"decode_bw": 0.77}, "vLLM batch-1 decode of Llama-3.1-8B BF16 on an A100 40GB, ~75 tokens/s, about 77% of "
+     "the memory roofline (johnmusgrave.com/p/vllm-throughput-latency-sweep-on); a read kernel tops out at "
+     "1.80 of 2.04 TB/s, 88% (forums.developer.nvidia.com/t/339083)"),
+    ("NVIDIA Ada", ("L40S", "L4", "RTX 4090"), None, {}, ""),
+    ("NVIDIA Blackwell", ("B200", "GB200"), None, {}, ""),
+    ("AMD CDNA3", ("MI300X", "MI325X"), None,
+     {"decode_bw": 0.57}, "ScalarLM's MI300X memcpy benchmark (scalarlm.ghost.io/blog/scalarlm-benchmarking-mi300x-"
+     "memcpy): copies over 10 MB level off at 2.0-3.0 TB/s of 5.3; taken at the top, 3.0 TB/s"),
+]
+
+
+def family_of(device_key: str) -> Optional[str]:
+    """The device family of a datasheet row's key (``peaks.lookup(...).device``), or None."""
+    return next((fam for fam, keys, _, _, _ in _FAMILY_ROWS if device_key in keys), None)
+
+
+def efficiencies_for(device_key: str, engine: Optional[str] = None) -> Efficiencies:
+    """Stated defaults for a device: its family's row (the engine's row where one exists), else today's."""
+    fam = family_of(device_key)
+    rows = [r for r in _FAMILY_ROWS if r[0] == fam and r[2] in (engine, None)]
+    if not rows:
+        return DEFAULT_EFFICIENCIES.model_copy(update={"source": f"{DEFAULT_EFFICIENCIES.source}; {device_key}: "
+                                                       "no device-family row, so the generic defaults"})
+    _, _, eng, values, src = max(rows, key=lambda r: r[2] is not None)  # an engine's own row first
+    row = f"{fam}{f' ({eng})' if eng else ''} row"
+    if not values:
+        return DEFAULT_EFFICIENCIES.model_copy(update={"source": f"{DEFAULT_EFFICIENCIES.source}; {row}: no "
+                                                       "published measurement found, so the generic defaults"})
+    shown = ", ".join(f"{k} {v:.0%}" for k, v in values.items())
+    return DEFAULT_EFFICIENCIES.model_copy(update={**values, "source": f"stated defaults, {row}: {shown} from {src}"})
 
 
 # ---------------------------------------------------------------- calibration
@@ -164,7 +209,8 @@ def calibration_from(profile: Profile) -> Efficiencies:
         eff["prefill_phi"] = capped("prefill_phi", (m.prefill.phi_flops_per_s if m.prefill
                                                     else m.decode.phi_flops_per_s) / phi_ref)
     if m.train and fit.training:
-        ratio(fit.training.params, "phi_train_flops_per_s", phi_ref, "train_phi", floor_only=True)
+        eff["train_phi_measured"] = ratio(fit.training.params, "phi_train_flops_per_s", phi_ref, "train_phi",
+                                           floor_only=True)
         eff["train_t0_s"] = m.train.t0_s + m.train.optimizer_step_s
     eff["source"] = (f"the fit of a profile of {profile.model.name} on {profile.hardware.device_name} "
                      f"(relative to {ref}; fixed costs carried over as measured there)")

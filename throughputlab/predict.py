@@ -13,14 +13,14 @@ from __future__ import annotations
 import platform
 import socket
 import sys
-from typing import Optional, Sequence
+from typing import Literal, Optional, Sequence, Union
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
 from throughputlab.errors import UserError
 from throughputlab import roofline as rf
-from throughputlab.calibration import DEFAULT_EFFICIENCIES, Efficiencies, calibration_from, fit_of
+from throughputlab.calibration import DEFAULT_EFFICIENCIES, Efficiencies, calibration_from, efficiencies_for, fit_of
 from throughputlab.fit.knees import generation_knee_statement, knee_statement
 from throughputlab.fit.mbu import utilisation
 from throughputlab.fit.schema import FitResult, GenerationFit, ParamEstimate, Peaks
@@ -46,9 +46,14 @@ class Layout(BaseModel):
     gpus: int = 1
     tp: int = 1
     nodes: int = 1
-    activation_checkpointing: bool = False
+    activation_checkpointing: Union[bool, Literal["none", "selective", "full"], str] = False  # True: full
 
     def check(self) -> "Layout":
+        try:
+            rf.checkpointing_mode(self.activation_checkpointing)
+        except ValueError:
+            raise UserError(f"--activation-checkpointing {self.activation_checkpointing}: use none, selective (the "
+                            "attention core recomputed) or full (each block's forward recomputed)") from None
         for name, v in (("--tp", self.tp), ("--nodes", self.nodes), ("--gpus", self.gpus)):  # --gpus defaults to tp x nodes
             if v < 1:
                 raise UserError(f"{name} must be a positive integer, got {v}")
@@ -78,7 +83,27 @@ def _comm(ds_key: str, layout: Layout, eff: Efficiencies) -> tuple[CommParams, s
                       tp_small_alpha_s=None if pcie else eff.tp_small_alpha_s,
                       tp_small_busbw_bytes_per_s=None if pcie else eff.tp_small_bw_share * link,
                       fsdp_busbw_bytes_per_s=eff.comm_bw * fsdp_bw, fsdp_alpha_s=eff.fsdp_alpha_s,
-                      fsdp_hidden_share=eff.fsdp_hidden, source=source), source
+                      fsdp_hidden_share=1.0 - fsdp_exposed(layout.nodes, eff)[0], source=source), source
+
+
+def fsdp_exposed(nodes: int, eff: Efficiencies) -> tuple[float, str]:
+    """Exposed share of FSDP's traffic: the published one for the node count, else 1 - eff.fsdp_hidden."""
+    if eff.fsdp_hidden is not None:
+        return 1.0 - eff.fsdp_hidden, "as given"
+    return rf.fsdp_exposed_share(nodes)
+
+
+def train_mfu(device: str, dtype: str, eff: Efficiencies) -> tuple[float, str]:
+    """Training FLOP/s share of peak: as calibrated, else the device family's published figure."""
+    if eff.train_phi_measured:
+        return eff.train_phi, f"calibrated ({eff.source})"
+    return rf.train_mfu(device, dtype)
+
+
+def _model_checkpointing(mode) -> Union[bool, str]:
+    """The ThroughputModel's field: on/off as before (full: True), \"selective\" as itself."""
+    m = rf.checkpointing_mode(mode)
+    return "selective" if m == "selective" else m == "full"
 
 
 def analytic_model(spec: ModelSpec, gpu: str, dtype: str = "bfloat16", eff: Efficiencies = DEFAULT_EFFICIENCIES,
@@ -106,17 +131,17 @@ def analytic_model(spec: ModelSpec, gpu: str, dtype: str = "bfloat16", eff: Effi
                            gemm_floors=not eff.decode_t0_includes_layers)
     comm, _ = _comm(ds.device, layout, eff)
     model = ThroughputModel(
-        source="analytic" if eff.source == DEFAULT_EFFICIENCIES.source else "calibrated",
+        source="analytic" if eff.source.startswith("stated defaults") else "calibrated",
         costs=costs, engine=settings, max_num_seqs=settings.max_num_seqs,
         decode=DecodeParams(t0_s=t0, bw_bytes_per_s=bw, phi_flops_per_s=eff.decode_phi * phi_peak,
                             t_seq_s=eff.decode_t_seq_s,
                             bw_attn_bytes_per_s=eff.attention_bw * ds.memory_bandwidth_bytes_per_s if eff.attention_bw else None),
         prefill=PrefillParams(t0_s=eff.prefill_t0_s, bw_bytes_per_s=bw, phi_flops_per_s=eff.prefill_phi * phi_peak),
-        train=TrainParams(t0_s=eff.train_t0_s, phi_flops_per_s=eff.train_phi * phi_peak,
+        train=TrainParams(t0_s=eff.train_t0_s, phi_flops_per_s=train_mfu(ds.device, dtype, eff)[0] * phi_peak,
                           mem0_bytes=rf.fsdp_memory_per_rank_bytes(costs, layout.gpus, 0, 0.0),
                           mem_per_sample_bytes=None, device_memory_bytes=mem),
         kv_cache_tokens=kv_tokens, tp=layout.tp, train_devices=layout.gpus, nodes=layout.nodes,
-        activation_checkpointing=layout.activation_checkpointing, comm=comm,
+        activation_checkpointing=_model_checkpointing(layout.activation_checkpointing), comm=comm,
     )
     hw = Hardware(device_type="cuda", device_name=ds.device, memory_total_bytes=ds.memory_bytes, datasheet=ds)
     peaks = Peaks(dtype=dtype, datasheet_device=ds.device, datasheet_bytes_per_s=ds.memory_bandwidth_bytes_per_s,
@@ -241,21 +266,33 @@ def predict_analytic(spec: ModelSpec, gpu: str, *, dtype: str = "bfloat16", cali
     devices) and the training points one device's micro-batch under FSDP over ``layout.gpus``;
     ``engine``: the generation engine's settings (its KV rule, caps and fixed costs)."""
     _check_lists(concurrency, micro_batches, prompt_len, output_len, seq_len)
-    eff = calibration_from(calibrate) if calibrate is not None else DEFAULT_EFFICIENCIES
+    ds = lookup(gpu)  # the defaults are its device family's (calibration.efficiencies_for)
+    eff = calibration_from(calibrate) if calibrate is not None else \
+        efficiencies_for(ds.device, engine.engine) if ds is not None else DEFAULT_EFFICIENCIES
     model, hw, peaks = analytic_model(spec, gpu, dtype, eff, layout, engine, prompt_len, output_len)
     bpp = dtype_bytes(dtype)
     model.train.mem_per_sample_bytes = rf.activation_bytes_per_sequence(spec, seq_len, bpp,
                                                                         layout.activation_checkpointing)
     model.train.seq_len = seq_len
-    act = ("each block's input plus one block's activations per sequence (checkpointing)"
-           if layout.activation_checkpointing else "34*S*h bytes per layer and sequence (Korthikanti et al. 2022, "
-           "flash attention)")
+    mode = rf.checkpointing_mode(layout.activation_checkpointing)
+    act = {"full": "each block's input plus one block's activations per sequence (full checkpointing)",
+           "selective": "34*S*h bytes per layer and sequence (selective recompute of the attention core, Korthikanti "
+                        "et al. 2022 section 4.2: the attention scores are not kept, as flash attention never keeps them)",
+           "none": "34*S*h bytes per layer and sequence (Korthikanti et al. 2022, flash attention)"}[mode]
     kv_seqs = model.kv_sequences(prompt_len, output_len)
+    mfu, mfu_source = train_mfu(hw.device_name, dtype, eff)
+    exposed, exposed_source = fsdp_exposed(layout.nodes, eff)
     assumptions = eff.describe() + engine_lines(model.engine, model.kv_cache_tokens, kv_seqs, prompt_len, output_len) + [
         "generation: an engine runs min(concurrency, KV-cache sequences, max_num_seqs) at once and queues the rest",
+        f"training FLOP/s: {mfu:.0%} of the {dtype} peak; {mfu_source}",
+        f"training activation checkpointing: {mode} (" + {
+            "none": "3x forward FLOPs", "full": "4x forward FLOPs: each block's forward recomputed",
+            "selective": "3x forward FLOPs + the attention core's forward again"}[mode] + ")",
         f"training memory per device: {ADAM_BYTES_PER_PARAM} bytes/parameter (mixed-precision Adam)"
         + (f" sharded over {layout.gpus} devices (FSDP)" if layout.gpus > 1 else "") + f" plus {act} plus fp32 logits",
     ]
+    if layout.gpus > 1:
+        assumptions.append(f"FSDP traffic exposed (not under compute): {exposed:.0%}, {exposed_source}")
     if layout.gpus > 1:
         assumptions.append(f"layout: {layout.gpus} GPUs on {layout.nodes} node(s); generation in {layout.engines} "
                            f"engine(s) of TP {layout.tp}; training with FSDP over {layout.gpus} GPUs; "

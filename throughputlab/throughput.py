@@ -8,7 +8,7 @@ floats or numpy arrays. No torch, no scipy.
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict
 
@@ -98,7 +98,7 @@ class ThroughputModel(BaseModel):
     tp: int = 1
     train_devices: int = 1
     nodes: int = 1
-    activation_checkpointing: bool = False
+    activation_checkpointing: Union[bool, Literal["selective"]] = False  # True: full; roofline.recompute_passes
     comm: Optional[CommParams] = None
     engine: Optional[EngineSettings] = None  # a prediction's engine settings (KV rule, caps, chunked prefill)
 

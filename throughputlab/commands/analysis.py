@@ -88,9 +88,10 @@ def _past_knee_command(prof, result, path: Path) -> Optional[str]:
               help="Analytic prediction: tensor-parallel size of each generation engine (within a node).")
 @click.option("--nodes", type=int, default=1, show_default=True,
               help="Analytic prediction: machines the GPUs are spread over (FSDP then crosses the network).")
-@click.option("--activation-checkpointing", is_flag=True,
-              help="Analytic prediction: training recomputes each block's forward (4x instead of 3x forward "
-                   "FLOPs, far less activation memory).")
+@click.option("--activation-checkpointing", is_flag=False, flag_value="full", default=None,
+              help="Analytic prediction: none, selective (the attention core recomputed, ~4% more FLOPs) or full "
+                   "(each block's forward recomputed: 4x instead of 3x forward FLOPs, far less activation memory); "
+                   "the bare flag means full.")
 @click.option("--engine", default="vllm", show_default=True,
               help="Analytic prediction: the generation engine whose KV rule, caps and defaults apply "
                    "(vllm, sglang, trtllm).")
@@ -169,7 +170,8 @@ def _predict(profile_path, model, gpu, dtype, calibrate, concurrency, prompt_len
         from throughputlab.models import resolve_model
 
         spec = resolve_model(model).spec
-        layout = Layout(gpus=tp * nodes if gpus is None else gpus, tp=tp, nodes=nodes, activation_checkpointing=activation_checkpointing).check()
+        layout = Layout(gpus=tp * nodes if gpus is None else gpus, tp=tp, nodes=nodes,
+                        activation_checkpointing=activation_checkpointing or False).check()
         cal = Profile.load(calibrate) if calibrate else None
         pred = predict_analytic(spec, gpu, dtype=dtype, calibrate=cal, concurrency=cs, prompt_len=prompt_len or 512,
                                 output_len=output_len or 512, micro_batches=bs, seq_len=seq_len or 2048, layout=layout,
@@ -199,10 +201,19 @@ def _predict(profile_path, model, gpu, dtype, calibrate, concurrency, prompt_len
             click.echo(f"KV cache: {m.kv_cache_tokens:,} tokens "
                        f"({m.kv_sequences(st.prompt_len, st.output_len):,} sequences of this length)")
     if m.train is not None:
+        from throughputlab import roofline as rf
+
+        ac = rf.checkpointing_mode(m.activation_checkpointing)
         fsdp = (f", micro-batch per device, FSDP over {m.train_devices} GPUs"
-                + (" with activation checkpointing" if m.activation_checkpointing else "")
+                + (f" ({1 - m.comm.fsdp_hidden_share:.0%} of its traffic exposed "
+                   + ("across nodes" if m.nodes > 1 else "within a node") + ")" if m.comm else "")
                 if m.train_devices > 1 else "")
-        click.echo(f"training, sequence length {st.seq_len}{fsdp}:")
+        mfu = ""
+        if fit.peaks.datasheet_flops_per_s and fit.method in ("analytic", "calibrated"):
+            mfu = f", MFU {m.train.phi_flops_per_s / fit.peaks.datasheet_flops_per_s:.0%}"
+            if fit.method == "analytic":
+                mfu += f" ({rf.train_mfu(pred.hardware.device_name, st.dtype)[1]})"
+        click.echo(f"training, sequence length {st.seq_len}{fsdp}, activation checkpointing {ac}{mfu}:")
         click.echo(training_table(m, bs, st.seq_len).to_string(index=False, float_format=_num))
         click.echo(micro_batch_statement(fit))
     if output is not None:

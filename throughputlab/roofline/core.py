@@ -123,11 +123,35 @@ def prefill_flops(costs: Costs, c, p):
     return c * p * (costs.flops_per_token + p * costs.attn_flops_per_ctx_token / 2)
 
 
-def train_flops(costs: Costs, b, seq_len, recompute: bool = False):
+CHECKPOINTING_MODES = ("none", "selective", "full")
+
+
+def checkpointing_mode(recompute) -> str:
+    """none|selective|full from a mode or the older on/off (True: full, False/None: none)."""
+    if recompute is True:
+        return "full"
+    if recompute is False or recompute is None:
+        return "none"
+    if recompute not in CHECKPOINTING_MODES:
+        raise ValueError(f"activation checkpointing {recompute!r}: use one of {', '.join(CHECKPOINTING_MODES)}")
+    return recompute
+
+
+def recompute_passes(recompute) -> tuple[float, float]:
+    """Forwards recomputed in the backward, (of the dense FLOPs F, of the attention core S*a/2):
+    none (0, 0); full, each block's forward again (1, 1; Chen et al. 2016); selective, the attention
+    core alone (QK^T, softmax, scores x V) again (0, 1): Korthikanti et al. 2022, section 4.2, whose
+    selective recompute adds 2.7% (GPT-3 175B) to 1.6% (530B) FLOPs; Llama 3 8B at S 8192 ~4%."""
+    return {"none": (0.0, 0.0), "selective": (0.0, 1.0), "full": (1.0, 1.0)}[checkpointing_mode(recompute)]
+
+
+def train_flops(costs: Costs, b, seq_len, recompute=False):
     """Forward + backward of b sequences of S tokens ~ 3x the forward, 3*b*S*(F + S*a/2)
-    (Kaplan et al. 2020; nanoGPT's estimate_mfu); activation checkpointing runs the forward
-    again in the backward: 4x (Chen et al. 2016)."""
-    return (4.0 if recompute else 3.0) * prefill_flops(costs, b, seq_len)
+    (Kaplan et al. 2020; nanoGPT's estimate_mfu), plus the forward FLOPs checkpointing recomputes
+    (``recompute``: none|selective|full or on/off, :func:`recompute_passes`): full 4x."""
+    dense, attn = recompute_passes(recompute)
+    a = np.asarray(seq_len, dtype=float) * costs.attn_flops_per_ctx_token / 2
+    return _out(np.asarray(b, dtype=float) * seq_len * ((3.0 + dense) * costs.flops_per_token + (3.0 + attn) * a))
 
 
 # ---------------------------------------------------------------- memory time against compute time
@@ -231,14 +255,16 @@ def static_batch_s(prefill_time, decode_step_time, output_len, overhead_s: float
     return overhead_s + prefill_time + np.maximum(np.asarray(output_len) - 1, 0) * decode_step_time
 
 
-def train_step_s(b, seq_len, costs: Costs, t0: float, phi_train: float, recompute: bool = False,
+def train_step_s(b, seq_len, costs: Costs, t0: float, phi_train: float, recompute=False,
                  phi_attn: Optional[float] = None, passes: float = 3.0):
-    """Training micro-step: t0 + 3*b*S*(F + S*a/2)/PHI_train (forward + backward ~ 3x forward; 4x
-    with activation checkpointing). ``phi_attn``: the causal attention, 3*b*S*S*a/2, at a rate of
-    its own: t0 + 3*b*S*F/PHI_train + 3*b*S*S*a/2/PHI_attn. ``passes`` = 1: a forward pass alone."""
-    n = (passes + recompute) / 3.0
-    attn = 0.0 if phi_attn is None else n * train_flops(costs.model_copy(update={"flops_per_token": 0.0}), b, seq_len)
-    return _out(t0 + (n * train_flops(costs, b, seq_len) - attn) / phi_train + (attn / phi_attn if phi_attn else 0.0))
+    """Training micro-step: t0 + 3*b*S*(F + S*a/2)/PHI_train (forward + backward ~ 3x forward), plus
+    what checkpointing recomputes (``recompute``: none|selective|full, :func:`recompute_passes`).
+    ``phi_attn``: the causal attention, b*S*S*a/2 per pass, at a rate of its own:
+    t0 + 3*b*S*F/PHI_train + 3*b*S*S*a/2/PHI_attn. ``passes`` = 1: a forward pass alone."""
+    dense, attn_r = recompute_passes(recompute)
+    tokens = np.asarray(b, dtype=float) * seq_len
+    attn = (passes + attn_r) * tokens * np.asarray(seq_len, dtype=float) * costs.attn_flops_per_ctx_token / 2
+    return _out(t0 + (passes + dense) * tokens * costs.flops_per_token / phi_train + attn / (phi_attn or phi_train))
 
 
 def forward_pass_s(b, seq_len, costs: Costs, t0: float, phi_train: float, phi_attn: Optional[float] = None):

@@ -126,3 +126,56 @@ def activations_at(mem_per_sample: float, seq_len, measured_seq_len: float, sq_s
 def fsdp_memory_per_rank_bytes(costs: Costs, n: int, b, activation_per_sequence: float):
     """(parameters + gradients + optimizer states) / N + b sequences of activations."""
     return _out(training_state_bytes(costs) / max(n, 1) + np.asarray(b, dtype=float) * activation_per_sequence)
+
+
+# Training FLOP/s as a share of the datasheet peak of the dtype, per device family, from published FSDP
+# runs, in this model's FLOP count (train_flops: causal attention halved, recomputed forwards counted;
+# torchtitan's MFU counts 6N + 12*L*h*S without recompute, so its figures read higher):
+# A100 (A800: same SMs), 16-bit: torchtitan docs/performance.md at 1ea476e (April 2024), FSDP2 on 64 A100 80GB,
+#   MFU 51.7-58.2% as torchtitan counts it; here Llama 3 8B selective AC 2904-2973 tok/s/GPU = 50-51%,
+#   70B full AC 331 = 64%: 52%.
+# H100 (H800; H200 16-bit for want of its own row), 16-bit: torchtitan benchmarks/llama3_h100_202412_torchtitan.md
+#   at 820504e, Llama 3.1 8B FSDP on 8 H100 (500 W, 96 GB HBM2e), selective AC: 5762 tok/s/GPU eager, 6667 with
+#   torch.compile = 31% and 36% ("33% to 39% MFU" as torchtitan counts it): 34%.
+# H100 fp8 (of the fp8 peak): same record, FSDP + compile + Float8 on 8 GPUs, 8532 tok/s/GPU: 23%.
+# H200 fp8: torchtitan benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md at 4a61bd8, FSDP + compile +
+#   Float8 (float8 all-gather) on 32 H200, 10938 tok/s/GPU: 29%.
+# Other devices and dtypes: 40% (TRAIN_MFU_FALLBACK), no published run behind it.
+TRAIN_MFU = {
+    ("A100", "16-bit"): (0.52, "torchtitan docs/performance.md (Apr 2024), FSDP2 on 64 A100, Llama 3 8B/70B"),
+    ("A800", "16-bit"): (0.52, "torchtitan docs/performance.md (Apr 2024), FSDP2 on 64 A100 (A800: same SMs)"),
+    ("H100", "16-bit"): (0.34, "torchtitan llama3_h100_202412 record, Llama 3.1 8B FSDP on 8 H100, eager/compile"),
+    ("H800", "16-bit"): (0.34, "torchtitan llama3_h100_202412 record, Llama 3.1 8B FSDP on 8 H100 (H800: same SMs)"),
+    ("H200", "16-bit"): (0.34, "torchtitan llama3_h100_202412 record on H100 (no 16-bit H200 run published)"),
+    ("H100", "fp8"): (0.23, "torchtitan llama3_h100_202412 record, Llama 3.1 8B FSDP+compile+Float8 on 8 H100"),
+    ("H800", "fp8"): (0.23, "torchtitan llama3_h100_202412 record on H100 (H800: same SMs), Float8"),
+    ("H200", "fp8"): (0.29, "torchtitan llama3-8b_h200_202506 record (Trainy), FSDP+compile+Float8 on 32 H200"),
+}
+TRAIN_MFU_FALLBACK = 0.40
+
+
+def train_mfu(device: str, dtype: str) -> tuple[float, str]:
+    """Training FLOP/s share of peak for a datasheet row and dtype (TRAIN_MFU), and where it comes from."""
+    width = "16-bit" if dtype in ("bfloat16", "float16", "bf16", "fp16") else dtype
+    for (prefix, d), (mfu, source) in TRAIN_MFU.items():
+        if device.startswith(prefix) and d == width:
+            return mfu, source
+    return TRAIN_MFU_FALLBACK, f"no published FSDP run for {device} {dtype}: the {TRAIN_MFU_FALLBACK:.0%} fallback"
+
+
+# Share of FSDP's traffic that stays exposed (not under compute), from published weak scaling:
+# within a node 0: the MFU above comes from single-node FSDP runs, whose exposed NVLink traffic it holds.
+# across nodes 5%: torchtitan llama3_h100_202412, Llama 3.1 8B FSDP, 8 -> 128 H100 (16 nodes, 400 Gb/s RDMA
+#   per GPU): 5762 -> 5605 tok/s/GPU (-2.7%) eager, 6667 -> 6514 with compile, 8532 -> 8380 with Float8: the step
+#   grows 0.080 s (0.058, 0.035) against fsdp_comm_s's 1.60 s (1.35 fp8) at 50 GB/s x comm_bw 0.8 per GPU:
+#   5.0% (3.6%, 2.6%) exposed; 5% taken.
+FSDP_EXPOSED_WITHIN_NODE = 0.0
+FSDP_EXPOSED_ACROSS_NODES = 0.05
+
+
+def fsdp_exposed_share(nodes: int) -> tuple[float, str]:
+    """Exposed share of FSDP's traffic on ``nodes`` machines, and its source, for the header."""
+    if nodes <= 1:
+        return FSDP_EXPOSED_WITHIN_NODE, ("within a node (the MFU's single-node FSDP runs already hold what NVLink "
+                                          "leaves exposed)")
+    return FSDP_EXPOSED_ACROSS_NODES, "across nodes (torchtitan 8 -> 128 H100 FSDP weak scaling, -2.7% tok/s/GPU)"

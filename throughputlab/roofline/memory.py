@@ -8,7 +8,8 @@ from typing import Optional
 import numpy as np
 
 from throughputlab.models.spec import ModelSpec
-from throughputlab.roofline.core import ADAM_BYTES_PER_PARAM, VLLM_GPU_MEMORY_UTILIZATION, Costs, _out, all_weight_bytes
+from throughputlab.roofline.core import (ADAM_BYTES_PER_PARAM, VLLM_GPU_MEMORY_UTILIZATION, Costs, _out, all_weight_bytes,
+                                         checkpointing_mode)
 from throughputlab.roofline.engine import kv_tokens_from_bytes, vllm_kv_bytes
 
 
@@ -43,14 +44,15 @@ def training_state_bytes(costs: Costs) -> float:
     return ADAM_BYTES_PER_PARAM * all_weight_bytes(costs) / costs.bytes_per_param
 
 
-def activation_bytes_per_sequence(spec: ModelSpec, seq_len: int, bytes_per_param: int,
-                                  checkpointing: bool = False) -> float:
+def activation_bytes_per_sequence(spec: ModelSpec, seq_len: int, bytes_per_param: int, checkpointing=False) -> float:
     """Activations kept for backward per sequence: 34*S*h per layer at 16 bits with flash attention
-    (Korthikanti et al. 2022, table 2, without the s^2 term), plus fp32 logits and their gradient.
-    With activation checkpointing per block: each block's input (S*h values) and one block's
-    activations while it is recomputed (Korthikanti et al. 2022, section 4, full recomputation)."""
+    (Korthikanti et al. 2022, table 2, without the 5*a*S^2 attention-score term), plus fp32 logits and
+    their gradient. ``checkpointing`` none|selective|full (or on/off): selective recompute of the
+    attention core (their section 4.2) keeps exactly that 34*S*h and drops the score term, which flash
+    attention never stores, so it equals none here; full, per block: each block's input (S*h values)
+    and one block's activations while it is recomputed (their section 4, full recomputation)."""
     block = seq_len * spec.hidden_size * 34 * bytes_per_param / 2
     logits = seq_len * spec.vocab_size * 8
-    if checkpointing:
+    if checkpointing_mode(checkpointing) == "full":
         return spec.num_layers * seq_len * spec.hidden_size * bytes_per_param + block + logits
     return spec.num_layers * block + logits

@@ -1,0 +1,91 @@
+"""Training fidelity of the analytic predictor: published MFU per device family, activation
+checkpointing none|selective|full, FSDP's exposed share within and across nodes (hand-computed)."""
+
+import pytest
+from click.testing import CliRunner
+
+from throughputlab import roofline as rf
+from throughputlab.calibration import DEFAULT_EFFICIENCIES
+from throughputlab.cli import cli as main
+from throughputlab.models import resolve_model
+from throughputlab.predict import Layout, analytic_model
+
+pytestmark = pytest.mark.quick
+
+COSTS = rf.Costs(weight_bytes=2e9, kv_bytes_per_token=1.0, flops_per_token=2e9, attn_flops_per_ctx_token=1e5,
+                 bytes_per_param=2)
+
+
+def test_train_flops_by_mode():
+    # b=2, S=1000: dense F=2e9, attention core S*a/2 = 5e7 per token
+    tok = 2 * 1000
+    assert rf.train_flops(COSTS, 2, 1000, "none") == pytest.approx(tok * 3 * (2e9 + 5e7))
+    assert rf.train_flops(COSTS, 2, 1000, "full") == pytest.approx(tok * 4 * (2e9 + 5e7))
+    assert rf.train_flops(COSTS, 2, 1000, True) == rf.train_flops(COSTS, 2, 1000, "full")
+    # selective: the attention core's forward once more only
+    assert rf.train_flops(COSTS, 2, 1000, "selective") == pytest.approx(tok * (3 * 2e9 + 4 * 5e7))
+
+
+def test_train_step_by_mode():
+    t = rf.train_step_s(1, 1000, COSTS, 0.01, 1e14, "selective")
+    assert t == pytest.approx(0.01 + 1000 * (3 * 2e9 + 4 * 5e7) / 1e14)
+    # attention at its own rate: dense 3 passes, attention 4
+    t = rf.train_step_s(1, 1000, COSTS, 0.0, 1e14, "selective", phi_attn=5e13)
+    assert t == pytest.approx(1000 * 3 * 2e9 / 1e14 + 1000 * 4 * 5e7 / 5e13)
+    assert rf.train_step_s(1, 1000, COSTS, 0.0, 1e14, False) == pytest.approx(1000 * 3 * 2.05e9 / 1e14)
+    with pytest.raises(ValueError):
+        rf.recompute_passes("bogus")
+
+
+def test_activation_memory_by_mode():
+    spec = resolve_model("llama3.1-8b").spec  # 32 layers, h 4096, vocab 128256
+    s, h, L, v = 1024, 4096, 32, 128256
+    none = L * s * h * 34 + s * v * 8
+    assert rf.activation_bytes_per_sequence(spec, s, 2, "none") == pytest.approx(none)
+    assert rf.activation_bytes_per_sequence(spec, s, 2, "selective") == pytest.approx(none)
+    assert rf.activation_bytes_per_sequence(spec, s, 2, "full") == pytest.approx(L * s * h * 2 + s * h * 34 + s * v * 8)
+
+
+def test_mfu_per_family():
+    assert rf.train_mfu("A100 80GB SXM", "bfloat16")[0] == 0.52
+    assert rf.train_mfu("H100 SXM", "bfloat16")[0] == 0.34
+    assert rf.train_mfu("H100 SXM", "fp8")[0] == 0.23
+    assert rf.train_mfu("H200", "fp8")[0] == 0.29
+    mfu, source = rf.train_mfu("L40S", "bfloat16")
+    assert mfu == 0.40 and "fallback" in source
+
+
+def test_model_uses_family_mfu_and_exposed_share():
+    spec = resolve_model("llama3.1-8b").spec
+    m, _, peaks = analytic_model(spec, "A100 80GB SXM", "bfloat16",
+                                 DEFAULT_EFFICIENCIES, Layout(gpus=16, nodes=2))
+    assert m.train.phi_flops_per_s == pytest.approx(0.52 * peaks.datasheet_flops_per_s)
+    assert m.comm.fsdp_hidden_share == pytest.approx(0.95)
+    one, _, _ = analytic_model(spec, "H100 SXM", "bfloat16", DEFAULT_EFFICIENCIES, Layout(gpus=8))
+    assert one.comm.fsdp_hidden_share == pytest.approx(1.0)
+    # step = compute + 5% of fsdp_comm_s across nodes
+    comm = rf.fsdp_comm_s(m.costs, 16, m.comm.fsdp_busbw_bytes_per_s, m.comm.fsdp_alpha_s)
+    compute = rf.train_step_s(2, 4096, m.costs, m.train.t0_s, m.train.phi_flops_per_s, False)
+    assert m.train_step_s(2, 4096) == pytest.approx(compute + 0.05 * comm)
+
+
+def test_cli_header_and_modes():
+    r = CliRunner().invoke(main, ["predict", "-m", "llama3.1-8b", "--gpu", "h100", "-c", "1", "-b", "1",
+                                  "--activation-checkpointing", "selective", "--gpus", "16", "--nodes", "2"])
+    assert r.exit_code == 0, r.output
+    head = next(line for line in r.output.splitlines() if line.startswith("training, sequence length"))
+    assert "activation checkpointing selective" in head and "MFU 34% (torchtitan" in head
+    assert "5% of its traffic exposed across nodes" in head
+    bare = CliRunner().invoke(main, ["predict", "-m", "llama3.1-8b", "--gpu", "h100", "-c", "1", "-b", "1",
+                                     "--activation-checkpointing"])
+    assert bare.exit_code == 0 and "activation checkpointing full" in bare.output
+    unknown = CliRunner().invoke(main, ["predict", "-m", "llama3.1-8b", "--gpu", "l40s", "-c", "1", "-b", "1"])
+    assert "40% fallback" in unknown.output
+
+
+def test_cli_bogus_checkpointing():
+    r = CliRunner().invoke(main, ["predict", "-m", "llama3.1-8b", "--gpu", "h100",
+                                  "--activation-checkpointing", "bogus"])
+    assert r.exit_code == 2
+    lines = [x for x in r.output.strip().splitlines() if x]
+    assert len(lines) == 1 and "--activation-checkpointing bogus" in lines[0]
