@@ -151,10 +151,10 @@ def _shown(value) -> str:
               help="Also write the HTML report here at the end.")
 @spec_option("--seed", "seed", type=int, help="Seed for weights and synthetic tokens.")
 @click.option("--allocator", type=click.Choice(["auto", "system"]), default="auto", show_default=True,
-              help="auto: on CPU, run the hf/torch backends under tcmalloc or jemalloc when the system has one "
-                   "(LD_PRELOAD, as vLLM's and PyTorch's CPU guides recommend; glibc malloc faults large blocks in "
-                   "again at every step, 15-25% of a CPU training step). system: keep the process's allocator. "
-                   "The profile records which one ran.")
+              help="auto: on CPU, run the hf/torch backends under a caching allocator: tcmalloc or jemalloc when "
+                   "the system has one, else the mimalloc of the cmeel-mimalloc package (LD_PRELOAD, as vLLM's and "
+                   "PyTorch's CPU guides recommend; glibc malloc faults large blocks in again at every step). "
+                   "system: keep the process's allocator. The profile records which one ran.")
 @click.pass_context
 def bench(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, ...], print_spec: bool,
           output: Optional[Path], resume: bool, force: bool, report_path: Optional[Path], allocator: str,
