@@ -49,3 +49,28 @@ def assert_user_error(result: subprocess.CompletedProcess, *fragments: str) -> N
     assert len(err.splitlines()) == 1, err
     for f in fragments:
         assert f.lower() in err.lower(), (f, err)
+
+
+def run_main(*args: str):
+    """``throughputlab ARGS`` in-process through the real entry point (CliRunner's isolation), so a
+    user error is one line and exit code 2 as a user sees it: ``.exit_code`` and ``.output`` (stdout,
+    then stderr)."""
+    import signal
+    from types import SimpleNamespace
+
+    from click.testing import CliRunner
+
+    from throughputlab.cli import main
+
+    old_term = signal.getsignal(signal.SIGTERM)
+    with CliRunner().isolation() as (out, err, _):
+        try:
+            main(list(args))
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+        finally:
+            signal.signal(signal.SIGTERM, old_term)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        return SimpleNamespace(exit_code=code, output=out.getvalue().decode() + err.getvalue().decode())

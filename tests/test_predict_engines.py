@@ -7,10 +7,9 @@ from __future__ import annotations
 import math
 
 import pytest
-from click.testing import CliRunner
+from conftest import run_main
 
 from throughputlab import roofline as rf
-from throughputlab.cli import cli
 from throughputlab.fit import load_fit, load_model
 from throughputlab.hardware.peaks import lookup
 from throughputlab.models import resolve_model
@@ -26,7 +25,7 @@ HAND = Costs(bytes_per_param=2, weight_bytes=1e9, kv_bytes_per_token=1e5, flops_
 
 
 def _cli(*args: str):
-    return CliRunner().invoke(cli, ["predict", *args])
+    return run_main("predict", *args)
 
 
 # ---------------------------------------------------------------- the KV rules by hand

@@ -2,11 +2,10 @@
 checkpointing none|selective|full, FSDP's exposed share within and across nodes (hand-computed)."""
 
 import pytest
-from click.testing import CliRunner
+from conftest import run_main
 
 from throughputlab import roofline as rf
 from throughputlab.calibration import DEFAULT_EFFICIENCIES
-from throughputlab.cli import cli as main
 from throughputlab.models import resolve_model
 from throughputlab.predict import Layout, analytic_model
 
@@ -70,22 +69,22 @@ def test_model_uses_family_mfu_and_exposed_share():
 
 
 def test_cli_header_and_modes():
-    r = CliRunner().invoke(main, ["predict", "-m", "llama3.1-8b", "--gpu", "h100", "-c", "1", "-b", "1",
-                                  "--activation-checkpointing", "selective", "--gpus", "16", "--nodes", "2"])
+    r = run_main("predict", "-m", "llama3.1-8b", "--gpu", "h100", "-c", "1", "-b", "1",
+                                  "--activation-checkpointing", "selective", "--gpus", "16", "--nodes", "2")
     assert r.exit_code == 0, r.output
     head = next(line for line in r.output.splitlines() if line.startswith("training, sequence length"))
     assert "activation checkpointing selective" in head and "MFU 34% (torchtitan" in head
     assert "5% of its traffic exposed across nodes" in head
-    bare = CliRunner().invoke(main, ["predict", "-m", "llama3.1-8b", "--gpu", "h100", "-c", "1", "-b", "1",
-                                     "--activation-checkpointing"])
+    bare = run_main("predict", "-m", "llama3.1-8b", "--gpu", "h100", "-c", "1", "-b", "1",
+                                     "--activation-checkpointing")
     assert bare.exit_code == 0 and "activation checkpointing full" in bare.output
-    unknown = CliRunner().invoke(main, ["predict", "-m", "llama3.1-8b", "--gpu", "l40s", "-c", "1", "-b", "1"])
+    unknown = run_main("predict", "-m", "llama3.1-8b", "--gpu", "l40s", "-c", "1", "-b", "1")
     assert "40% fallback" in unknown.output
 
 
 def test_cli_bogus_checkpointing():
-    r = CliRunner().invoke(main, ["predict", "-m", "llama3.1-8b", "--gpu", "h100",
-                                  "--activation-checkpointing", "bogus"])
+    r = run_main("predict", "-m", "llama3.1-8b", "--gpu", "h100",
+                                  "--activation-checkpointing", "bogus")
     assert r.exit_code == 2
     lines = [x for x in r.output.strip().splitlines() if x]
     assert len(lines) == 1 and "--activation-checkpointing bogus" in lines[0]

@@ -134,15 +134,8 @@ def predict(profile_path, model, gpu, dtype, calibrate, concurrency, prompt_len,
     opts = EngineOptions(engine=engine, gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
                          max_model_len=max_model_len, kv_cache_gib=kv_cache_gib, kv_cache_dtype=kv_cache_dtype,
                          enforce_eager=enforce_eager, max_num_batched_tokens=max_num_batched_tokens)
-    try:
-        _predict(profile_path, model, gpu, dtype, calibrate, concurrency, prompt_len, output_len, micro_batch, seq_len,
-                 gpus, tp, nodes, activation_checkpointing, opts, output)
-    except UserError as e:  # one line and exit code 2 also when the click group runs without throughputlab.cli.main
-        raise _OneLineError(str(e)) from None
-
-
-class _OneLineError(click.ClickException):
-    exit_code = 2
+    _predict(profile_path, model, gpu, dtype, calibrate, concurrency, prompt_len, output_len, micro_batch, seq_len,
+             gpus, tp, nodes, activation_checkpointing, opts, output)
 
 
 def _predict(profile_path, model, gpu, dtype, calibrate, concurrency, prompt_len, output_len, micro_batch, seq_len,
