@@ -82,7 +82,7 @@ def test_fitted_prediction_at_unmeasured_concurrency():
 def test_a_fitted_prediction_says_where_it_leaves_the_measured_range():
     prof = make_profile(concurrencies=(1, 2, 4, 8), micro_batches=(1, 2, 4), noise=0.005)
     inside = load_fit(predict_from_profile(prof, concurrency=[3, 8], micro_batches=[3]))
-    assert not inside.assumptions
+    assert not [a for a in inside.assumptions if "tokens_per_s_lo/hi" not in a]  # only what the intervals are
     limit = prof.model.max_position_embeddings
     out = load_fit(predict_from_profile(prof, concurrency=[3, 64], micro_batches=[16], prompt_len=limit,
                                         output_len=32, seq_len=2 * limit))

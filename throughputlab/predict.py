@@ -32,6 +32,7 @@ from throughputlab.profile import (
     now_iso,
 )
 from throughputlab.roofline import ADAM_BYTES_PER_PARAM, Costs
+from throughputlab.spread import device_family, published_spread
 from throughputlab.throughput import CommParams, DecodeParams, PrefillParams, ThroughputModel, TrainParams
 
 
@@ -185,8 +186,10 @@ def _predicted_points(model: ThroughputModel, concurrency, prompt_len, output_le
             td = model.decode_step_s(a, rf.mean_context(prompt_len, output_len))
             tp = model.prefill_s(a, prompt_len)
             total = float(rf.static_batch_s(tp, td, output_len, model.gen_overhead_s)) * c / a
+            band = model.gen_spread.time(total, model.gen_spread.level) if model.gen_spread else None
             gen.append(GenPoint(backend="predicted", concurrency=c, prompt_len=prompt_len, output_len=output_len,
-                                status="ok", predicted=GenPrediction(total_s=total, prefill_s=tp, decode_step_s=td)))
+                                status="ok", predicted=GenPrediction(total_s=total, prefill_s=tp, decode_step_s=td,
+                                                                     total_s_interval=band)))
     if model.train is not None:
         max_b = model.max_micro_batch()
         t = model.train
@@ -197,8 +200,9 @@ def _predicted_points(model: ThroughputModel, concurrency, prompt_len, output_le
             status, err = "ok", None
             if max_b is not None and b > max_b:
                 status, err = "oom", f"predicted peak memory exceeds the device memory (largest micro-batch {max_b})"
+            band = model.train_spread.time(step, model.train_spread.level) if model.train_spread else None
             train.append(TrainPoint(backend="predicted", micro_batch=b, seq_len=seq_len, status=status, error=err,
-                                    predicted=TrainPrediction(step_s=step), peak_mem_bytes=mem))
+                                    predicted=TrainPrediction(step_s=step, step_s_interval=band), peak_mem_bytes=mem))
     return gen, train
 
 
@@ -223,9 +227,17 @@ def predict_from_profile(profile: Profile, *, concurrency: Sequence[int] = (), p
                   settings=settings, engine=profile.engine, generation=gen, training=train, notes=notes)
     # the stored fit keeps its parameters and held-out errors; utilisation is of the predicted points
     beyond = _beyond_measured(profile, gen_ok, train_ok, gen, train, prompt_len, output_len, seq_len)
+    beyond += _interval_lines(fit.model)
     out.fit = fit.model_copy(update={"utilisation": utilisation(out, fit.model.costs, fit.peaks),
                                      "assumptions": fit.assumptions + beyond}).model_dump(mode="json")
     return out
+
+
+def _interval_lines(model: ThroughputModel) -> list[str]:
+    """What the tables' tokens_per_s_lo/hi columns are, per phase."""
+    return [f"{phase} tokens_per_s_lo/hi: {sp.basis}" if sp else f"{phase}: no interval (too few points to bound it)"
+            for phase, sp, part in (("generation", model.gen_spread, model.decode),
+                                    ("training", model.train_spread, model.train)) if part is not None]
 
 
 def _beyond_measured(profile: Profile, gen_ok, train_ok, gen, train, prompt_len: int, output_len: int,
@@ -280,6 +292,10 @@ def predict_analytic(spec: ModelSpec, gpu: str, *, dtype: str = "bfloat16", cali
                         "et al. 2022 section 4.2: the attention scores are not kept, as flash attention never keeps them)",
            "none": "34*S*h bytes per layer and sequence (Korthikanti et al. 2022, flash attention)"}[mode]
     kv_seqs = model.kv_sequences(prompt_len, output_len)
+    if calibrate is None:  # the published spread is of the stated defaults, not of a calibration
+        family = device_family(hw.device_name)
+        model.gen_spread = published_spread("generation", family, layout.tp)
+        model.train_spread = published_spread("training", family, 1)
     mfu, mfu_source = train_mfu(hw.device_name, dtype, eff)
     exposed, exposed_source = fsdp_exposed(layout.nodes, eff)
     assumptions = eff.describe() + engine_lines(model.engine, model.kv_cache_tokens, kv_seqs, prompt_len, output_len) + [
@@ -291,6 +307,7 @@ def predict_analytic(spec: ModelSpec, gpu: str, *, dtype: str = "bfloat16", cali
         f"training memory per device: {ADAM_BYTES_PER_PARAM} bytes/parameter (mixed-precision Adam)"
         + (f" sharded over {layout.gpus} devices (FSDP)" if layout.gpus > 1 else "") + f" plus {act} plus fp32 logits",
     ]
+    assumptions += _interval_lines(model)
     if layout.gpus > 1:
         assumptions.append(f"FSDP traffic exposed (not under compute): {exposed:.0%}, {exposed_source}")
     if layout.gpus > 1:
@@ -346,8 +363,11 @@ def generation_table(model: ThroughputModel, concurrency: Sequence[int], prompt_
             continue
         td = model.decode_step_s(a, s)
         mem, comp = model.decode_terms_s(a, s)
+        band = model.served_tokens_per_s_interval(c, prompt_len, output_len, model.gen_spread.level) \
+            if model.gen_spread else (float("nan"), float("nan"))
         rows.append({"concurrency": c, "running": a, "decode_step_ms": td * 1e3, "decode_tokens_per_s": a / td,
                      "tokens_per_s": model.served_tokens_per_s(c, prompt_len, output_len),
+                     "tokens_per_s_lo": band[0], "tokens_per_s_hi": band[1],
                      "prefill_ms": model.prefill_s(a, prompt_len) * 1e3,
                      "bound": held or ("memory" if mem >= comp else "compute")})
     return pd.DataFrame(rows)
@@ -359,8 +379,11 @@ def training_table(model: ThroughputModel, micro_batches: Sequence[int], seq_len
     rows = []
     for b in micro_batches:
         mem = model.memory_bytes(b)
+        band = model.train_tokens_per_s_interval(b, seq_len, model.train_spread.level) \
+            if model.train_spread else (float("nan"), float("nan"))
         rows.append({"micro_batch": b, "step_ms": (model.train_step_s(b, seq_len) + t.optimizer_step_s) * 1e3,
                      "tokens_per_s": model.train_tokens_per_s(b, seq_len),
+                     "tokens_per_s_lo": band[0], "tokens_per_s_hi": band[1],
                      "peak_mem_gib": None if mem is None else mem / 2**30,
                      "fits": "?" if max_b is None else "yes" if b <= max_b else "no"})
     return pd.DataFrame(rows)

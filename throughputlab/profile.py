@@ -106,10 +106,12 @@ class GenPrediction(Strict):
     total_s: float  # one batch of `concurrency` requests, prefill and decode
     prefill_s: float
     decode_step_s: float
+    total_s_interval: Optional[tuple[float, float]] = None  # at the model's spread level (throughputlab.spread)
 
 
 class TrainPrediction(Strict):
     step_s: float  # one micro-step and its optimizer step
+    step_s_interval: Optional[tuple[float, float]] = None  # at the model's spread level (throughputlab.spread)
 
 
 class GenPoint(Strict):

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict
 from throughputlab import roofline as rf
 from throughputlab.errors import UserError
 from throughputlab.roofline import Costs, EngineSettings
+from throughputlab.spread import LEVEL, Spread
 
 
 class DecodeParams(BaseModel):
@@ -101,6 +102,9 @@ class ThroughputModel(BaseModel):
     activation_checkpointing: Union[bool, Literal["selective"]] = False  # True: full; roofline.recompute_passes
     comm: Optional[CommParams] = None
     engine: Optional[EngineSettings] = None  # a prediction's engine settings (KV rule, caps, chunked prefill)
+    # how far predictions of this kind have been from measurements (throughputlab.spread): None, no interval
+    gen_spread: Optional[Spread] = None
+    train_spread: Optional[Spread] = None
 
     @property
     def device_costs(self) -> Costs:
@@ -209,6 +213,24 @@ class ThroughputModel(BaseModel):
         queue, so past the admitted concurrency tokens/s stays flat."""
         a = self.admitted(c, prompt_len, output_len)
         return self.generation_tokens_per_s(a, prompt_len, output_len) if a > 0 else 0.0
+
+    # ---- intervals (throughputlab.spread): (lo, hi) at ``level``, None where the model has no spread
+    def _interval(self, spread: Optional[Spread], value: float, level: float, time: bool = False):
+        if spread is None:
+            return None
+        return spread.time(value, level) if time else spread.rate(value, level)
+
+    def served_tokens_per_s_interval(self, c, prompt_len, output_len, level=LEVEL):
+        return self._interval(self.gen_spread, self.served_tokens_per_s(c, prompt_len, output_len), level)
+
+    def generation_tokens_per_s_interval(self, c, prompt_len, output_len, level=LEVEL):
+        return self._interval(self.gen_spread, self.generation_tokens_per_s(c, prompt_len, output_len), level)
+
+    def decode_step_s_interval(self, c, s, level=LEVEL):
+        return self._interval(self.gen_spread, self.decode_step_s(c, s), level, time=True)
+
+    def train_tokens_per_s_interval(self, b, seq_len, level=LEVEL):
+        return self._interval(self.train_spread, self.train_tokens_per_s(b, seq_len), level)
 
     def knee(self, s: float) -> Optional[float]:
         d = self.require("decode")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import statistics
+
 import numpy as np
 
 from throughputlab.errors import UserError
@@ -16,6 +19,7 @@ from throughputlab.fit.schema import (
 from throughputlab.fit.training import fit_training
 from throughputlab.fit.mbu import utilisation
 from throughputlab.profile import Profile, now_iso
+from throughputlab.spread import fitted_spread
 from throughputlab.throughput import ThroughputModel
 
 
@@ -56,6 +60,10 @@ def fit_profile(profile: Profile, *, bootstrap: int = 0, seed: int = DEFAULT_SEE
         comm=_comm(profile, warnings),
     )
     if gen is not None:
+        model.gen_spread = _spread(gen.points, gen_pts, "generation")
+    if tr is not None:
+        model.train_spread = _spread(tr.points, train_pts, "training")
+    if gen is not None:
         c_top = max(p.concurrency for p in gen_pts)
         gen.knee_concurrency, gen.knee_note = knee_statement(model, gen.context_len, c_top,
                                                              phi_floor=phi_is_a_floor(gen))
@@ -70,6 +78,13 @@ def fit_profile(profile: Profile, *, bootstrap: int = 0, seed: int = DEFAULT_SEE
         method="fit", created_at=now_iso(), model=model, peaks=peaks, generation=gen, prefill=pre, training=tr,
         utilisation=utilisation(profile, costs, peaks), warnings=warnings, bootstrap_samples=bootstrap,
     )
+
+
+def _spread(errors, points, what: str):
+    """The fitted model's interval: its leave-one-out errors and its points' run-to-run spread."""
+    loo = [math.log1p(e.loo_rel_error) for e in errors if e.loo_rel_error is not None and e.loo_rel_error > -1]
+    cvs = [p.cv for p in points if p.cv is not None]
+    return fitted_spread(loo, statistics.median(cvs) if cvs else None, what)
 
 
 def _comm(profile: Profile, warnings: list[str]):
