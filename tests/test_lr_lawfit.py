@@ -8,7 +8,7 @@ import pytest
 
 from throughputlab.cli import main
 from throughputlab.errors import UserError
-from throughputlab.lr.lawfit import find_optima, fit_sweep, prepare_sweep, synthetic_sweep
+from throughputlab.lr.law import find_optima, fit_sweep, prepare_sweep, synthetic_sweep
 
 NS = [1e7, 3e7, 1e8, 3e8, 1e9]
 DS = [1e9, 3e9, 1e10, 3e10]

@@ -7,7 +7,7 @@ import pytest
 
 from throughputlab.cli import main
 from throughputlab.errors import UserError
-from throughputlab.lr import scalar_net as sn
+from throughputlab.lr import scalar as sn
 
 DATA = sn.ScalarData(1.0, 2.0)
 

@@ -9,7 +9,7 @@ curvature in lr and not in the effective lr. example_sweep_powerlaw.csv: no curv
 
 from pathlib import Path
 
-from throughputlab.lr.lawfit import synthetic_sweep
+from throughputlab.lr.law import synthetic_sweep
 
 HERE = Path(__file__).parent
 NS = [1e7, 3e7, 1e8, 3e8, 1e9]

@@ -96,7 +96,7 @@ def fit(sweep, columns, window, alpha_level, json_out, html_out):
     With norms the same law is fitted on the effective learning rate, which says whether the
     curvature in lr* goes away there.
     """
-    from throughputlab.lr.lawfit import fit_sweep, load_sweep, parse_column_map
+    from throughputlab.lr.law import fit_sweep, load_sweep, parse_column_map
 
     try:
         w = int(window)
@@ -129,7 +129,7 @@ DEFAULT_DATA = ("1:0.25", "1:1.5", "2:6")
 
 
 def _parse_data(values) -> dict:
-    from throughputlab.lr.scalar_net import ScalarData
+    from throughputlab.lr.scalar import ScalarData
 
     out = {}
     for v in values:
@@ -173,7 +173,7 @@ def depth(depths, data, step_rate, p0, steps, check_exact, json_out):
     the depth-1 rate-r step) and lr_L = r / (L E[x^2] p*^(2-2/L)), p* = E[xy]/E[x^2] (data-
     dependent). Rates are per step, -d log|p - p*| / dk, measured on the simulated runs.
     """
-    from throughputlab.lr import scalar_net as sn
+    from throughputlab.lr import scalar as sn
 
     datasets = _parse_data(data or DEFAULT_DATA)
     d_list = _parse_depths(depths)

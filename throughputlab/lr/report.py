@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from throughputlab.lr.lawfit import LawAnalysis, LRFitReport
+from throughputlab.lr.law import LawAnalysis, LRFitReport
 from throughputlab.report.page import Section
 
 

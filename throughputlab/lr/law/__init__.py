@@ -17,10 +17,9 @@ directly). Steps:
 4. With norms, the same on the effective learning rate ||dW|| / ||W|| (per step), and
    whether the curvature goes away there.
 
-This module runs the steps (`analyse`, `fit_sweep`); the parts live beside it:
-`law_sweep` (the CSV's columns, loading, synthetic sweeps), `law_stats` (the fits),
-`law_models` (the result schema) and `law_summary` (the printed lines). Their public names
-are importable from here.
+This package runs the steps (`analyse`, `fit_sweep`); the parts are its modules: `sweep`
+(the CSV's columns, loading, synthetic sweeps), `stats` (the fits), `models` (the result
+schema) and `summary` (the printed lines). Their public names are importable from here.
 
 Unknown values are None, never inf.
 """
@@ -30,11 +29,11 @@ from __future__ import annotations
 from typing import Literal
 
 from throughputlab.errors import UserError
-from throughputlab.lr.law_models import (SCHEMA_VERSION, Coef, Curvature, Holdout, LawAnalysis, LawFit,
+from throughputlab.lr.law.models import (SCHEMA_VERSION, Coef, Curvature, Holdout, LawAnalysis, LawFit,
                                          LRFitReport, Optimum)
-from throughputlab.lr.law_stats import check_curvature, find_optima, fit_law, holdout
-from throughputlab.lr.law_summary import summarize
-from throughputlab.lr.law_sweep import COLUMNS, REQUIRED, load_sweep, parse_column_map, prepare_sweep, synthetic_sweep
+from throughputlab.lr.law.stats import check_curvature, find_optima, fit_law, holdout
+from throughputlab.lr.law.summary import summarize
+from throughputlab.lr.law.sweep import COLUMNS, REQUIRED, load_sweep, parse_column_map, prepare_sweep, synthetic_sweep
 
 __all__ = [
     "SCHEMA_VERSION", "COLUMNS", "REQUIRED", "Coef", "Curvature", "Holdout", "LawAnalysis", "LawFit", "LRFitReport",

@@ -1,7 +1,7 @@
 """Statistics of `lr fit`: the optimum per (N, D) group, the power law, its curvature, held-out error.
 
 Small least-squares fits on numpy arrays (scipy for t and F quantiles); the steps are those of
-the `throughputlab.lr.lawfit` docstring. Optima that cannot be located carry a note and stay out
+the `throughputlab.lr.law` docstring. Optima that cannot be located carry a note and stay out
 of the law.
 """
 
@@ -13,7 +13,7 @@ from typing import Literal, Optional, Sequence
 
 import numpy as np
 
-from throughputlab.lr.law_models import Coef, Curvature, Holdout, LawFit, Optimum
+from throughputlab.lr.law.models import Coef, Curvature, Holdout, LawFit, Optimum
 
 def _t_quantile(dof: int) -> float:
     from scipy import stats

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from throughputlab.lr.law_models import Coef, LawAnalysis, LRFitReport
+from throughputlab.lr.law.models import Coef, LawAnalysis, LRFitReport
 
 def _fmt_coef(c: Optional[Coef]) -> str:
     if c is None:

@@ -30,20 +30,20 @@ with time multiplied by beta^2, and the rate-equalising lr is lr_L / beta^2.
 Positive products only: for depth >= 2 we need w0 > 0 (or 1 + beta w0 > 0) and
 E[xy] / E[x^2] > 0, which is the case the rules are about.
 
-This module is the entry point; the code lives beside it, and every public name is
-importable from here: `scalar_data` (ScalarData and the learning-rate rules), `scalar_gd`
-(gradient descent), `scalar_flow` (exact gradient flow) and `scalar_study` (the depth study
-and the exact-against-GD check).
+This package is the entry point; the code lives in its modules, and every public name is
+importable from here: `data` (ScalarData and the learning-rate rules), `gd` (gradient
+descent), `flow` (exact gradient flow) and `study` (the depth study and the exact-against-GD
+check).
 """
 
 from __future__ import annotations
 
-from throughputlab.lr.scalar_data import (ScalarData, max_stable_lr, predicted_contraction, rate_equalising_lr,
+from throughputlab.lr.scalar.data import (ScalarData, max_stable_lr, predicted_contraction, rate_equalising_lr,
                                           sharpness_at_optimum)
-from throughputlab.lr.scalar_flow import (gradient_flow, gradient_flow_closed_form, gradient_flow_residual,
+from throughputlab.lr.scalar.flow import (gradient_flow, gradient_flow_closed_form, gradient_flow_residual,
                                           integrate_flow_ode)
-from throughputlab.lr.scalar_gd import GDTrajectory, measured_rate, simulate_gd, simulate_gd_balanced
-from throughputlab.lr.scalar_study import DEFAULT_DEPTHS, DepthRow, DepthStudy, ExactCheckRow, depth_study, exact_vs_gd
+from throughputlab.lr.scalar.gd import GDTrajectory, measured_rate, simulate_gd, simulate_gd_balanced
+from throughputlab.lr.scalar.study import DEFAULT_DEPTHS, DepthRow, DepthStudy, ExactCheckRow, depth_study, exact_vs_gd
 
 __all__ = [
     "ScalarData", "sharpness_at_optimum", "max_stable_lr", "rate_equalising_lr", "predicted_contraction",

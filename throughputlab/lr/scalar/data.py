@@ -2,7 +2,7 @@
 
 `ScalarData` holds E[x^2], E[xy] (and E[y^2] for loss values); the rules are the sharpness
 at the balanced optimum, the edge of stability, and the rate-equalising step of the
-`throughputlab.lr.scalar_net` docstring. The depth and sign checks shared by the simulations
+`throughputlab.lr.scalar` docstring. The depth and sign checks shared by the simulations
 live here too.
 """
 

@@ -1,7 +1,7 @@
 """Deep scalar linear networks: exact gradient flow from a balanced start, and an ODE reference.
 
 Closed forms for depth 1 and 2; for any depth the implicit time integral of the
-`throughputlab.lr.scalar_net` docstring, solved by quadrature and Newton's method;
+`throughputlab.lr.scalar` docstring, solved by quadrature and Newton's method;
 `integrate_flow_ode` integrates all L weights numerically as an independent check.
 """
 
@@ -12,8 +12,8 @@ import math
 import numpy as np
 
 from throughputlab.errors import UserError
-from throughputlab.lr.scalar_data import ScalarData, check_depth, check_positive_product
-from throughputlab.lr.scalar_gd import others_and_product
+from throughputlab.lr.scalar.data import ScalarData, check_depth, check_positive_product
+from throughputlab.lr.scalar.gd import others_and_product
 
 
 def gradient_flow_closed_form(depth: int, data: ScalarData, p0: float, t) -> np.ndarray:

@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from throughputlab.lr.scalar_data import ScalarData, check_depth
+from throughputlab.lr.scalar.data import ScalarData, check_depth
 
 
 @dataclass
