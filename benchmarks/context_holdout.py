@@ -67,14 +67,25 @@ def main() -> None:
         print(f"\n{name}: {g.form} form; held-out error of the fit points max "
               f"{100 * (g.loo_max_abs_error or 0):.1f}%")
         print(f"  attention terms: {g.attention_note}")
-        print("  concurrency  context  measured step ms  predicted ms  error  attention share")
+        print("  concurrency  context  measured step ms  predicted ms  error  attention share  80% interval ms  inside")
+        inside = 0
         for p in held:
             s = p.prompt_len + p.output_len / 2
             pred = r.model.decode_step_s(p.concurrency, s)
             meas = p.decode_step_s
             share = r.model.attention_share(p.concurrency, s)
+            band = r.model.decode_step_s_interval(p.concurrency, s)
+            ok = band is not None and band[0] <= meas <= band[1]
+            inside += ok
+            iv = "-" if band is None else f"{1e3 * band[0]:.2f} - {1e3 * band[1]:.2f}"
             print(f"  {p.concurrency:>11}  {s:>7.0f}  {1e3 * meas:>16.2f}  {1e3 * pred:>12.2f}  "
-                  f"{100 * (pred / meas - 1):+5.1f}%  {100 * share:>14.0f}%")
+                  f"{100 * (pred / meas - 1):+5.1f}%  {100 * share:>14.0f}%  {iv:>15}  {'yes' if ok else 'no':>6}")
+        sp = r.model.gen_spread
+        if sp is not None:
+            seen = max(abs(e.loo_rel_error) for e in g.points if e.loo_rel_error is not None)
+            print(f"  held-out decode steps inside the 80% interval: {inside}/{len(held)}; the interval "
+                  f"-{100 * (1 - sp.lo):.1f}%/+{100 * (sp.hi - 1):.1f}% against the largest held-out error the fit "
+                  f"has seen, {100 * seen:.1f}% ({'no wider' if sp.hi - 1 <= seen else 'WIDER'}); {sp.basis}")
 
 
 if __name__ == "__main__":

@@ -40,6 +40,36 @@ def measure(out: Path, model: str, rounds: int, repeats: int) -> None:
     print(f"measured in {time.perf_counter() - t:.0f} s", flush=True)
 
 
+def leave_one_length_out(prof) -> None:
+    """Each sequence length predicted by a fit of the others, against that fit's 80% interval."""
+    from throughputlab.fit import fit_profile
+
+    ok = [p for p in prof.training if p.status == "ok"]
+    lengths = sorted({p.seq_len for p in ok})
+    if len(lengths) < 3:
+        return
+    print("\nleave one sequence length out (fit on the other lengths; 80% interval of that fit):")
+    print("  seq len  micro-batch  measured tok/s  predicted  error  80% interval      inside  interval vs seen")
+    inside = n = 0
+    for length in lengths:
+        sub = prof.model_copy(deep=True)
+        sub.training = [p for p in prof.training if p.seq_len != length]
+        r = fit_profile(sub, bootstrap=0)
+        sp = r.model.train_spread
+        seen = max((abs(e.loo_rel_error) for e in r.training.points if e.loo_rel_error is not None), default=0.0)
+        for p in sorted((p for p in ok if p.seq_len == length), key=lambda p: p.micro_batch):
+            pred = r.model.train_tokens_per_s(p.micro_batch, length)
+            band = r.model.train_tokens_per_s_interval(p.micro_batch, length)
+            meas = p.tokens_per_s
+            hit = band is not None and band[0] <= meas <= band[1]
+            inside, n = inside + hit, n + 1
+            iv = "-" if band is None else f"{band[0]:.1f} - {band[1]:.1f}"
+            width = "-" if sp is None else f"+{100 * (sp.hi - 1):.1f}% vs {100 * seen:.1f}%"
+            print(f"  {length:>7}  {p.micro_batch:>11}  {meas:>14.1f}  {pred:>9.1f}  {100 * (pred / meas - 1):+5.1f}%  "
+                  f"{iv:>15}  {'yes' if hit else 'no':>6}  {width}")
+    print(f"held-out points inside the 80% interval: {inside}/{n}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", type=Path, default=None, help="use this profile instead of measuring")
@@ -93,6 +123,7 @@ def main() -> None:
     print(f"max held-out error, chosen form: {100 * worst:.1f}% (target {100 * TARGET:.0f}%: {verdict}); "
           f"one PHI_train: {100 * fits['one PHI_train'].training.loo_max_abs_error:.1f}%")
 
+    leave_one_length_out(prof)
     if args.compare is not None:
         compare(fits["chosen"], fit_profile(Profile.load(args.compare), bootstrap=0), args.compare)
 
