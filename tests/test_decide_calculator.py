@@ -9,7 +9,8 @@ import types
 
 import pytest
 
-from throughputlab.decide.calculator import DecideSpec, Row, decide, rank
+from throughputlab.decide.calculator import DecideSpec, decide, rank
+from throughputlab.decide.decision import Row
 from throughputlab.decide.curves import CurvesSpec, load_curves
 from throughputlab.errors import UserError
 from throughputlab.models import resolve_model

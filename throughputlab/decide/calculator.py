@@ -16,15 +16,14 @@ from pydantic import BaseModel, ConfigDict, field_validator
 
 from throughputlab.decide.cluster import ClusterSpec, Placement, placements
 from throughputlab.decide.curves import CurvesResult, CurvesSpec, Direction, NStarParam, load_curves, parse_nstar
+from throughputlab.decide.decision import Decision, Recommendation, Row, SampleUnit
 from throughputlab.decide.notes import context_note, kv_limited_note, partial_notes, profile_notes
 from throughputlab.decide.rollout import EngineCaps
 from throughputlab.decide.steptime import (
-    DEFAULT_MAX_NUM_SEQS, RLShape, StepModel, StepTime, critic_costs_for, overlap_note,
+    DEFAULT_MAX_NUM_SEQS, RLShape, StepModel, critic_costs_for, overlap_note,
 )
 from throughputlab.errors import UserError
 from throughputlab.throughput import ThroughputModel
-
-SampleUnit = Literal["responses", "prompts"]
 
 
 class _Spec(BaseModel):
@@ -73,59 +72,6 @@ class DecideSpec(_Spec):
     samples: SamplesSpec = SamplesSpec(nstar="flat")
     lr: LRSpec = LRSpec()
     cluster: Optional[ClusterSpec] = None  # None: the profile's devices, colocated
-
-
-class Row(BaseModel):
-    """One candidate configuration (batch size, and the learning rate its curve used)."""
-
-    model_config = ConfigDict(extra="forbid")
-    label: str
-    prompts: int
-    group: int
-    batch_samples: float  # batch size in the sample unit
-    step: Optional[StepTime] = None  # None when samples/s were given directly
-    step_s: Optional[float] = None
-    samples_per_s: float
-    lr: Optional[float] = None  # the learning rate of this row's curve, or the rule's
-    lr_recommended: Optional[float] = None
-    lr_retuned: Optional[bool] = None  # the row's lr matches the rule's within 5%
-    nstar_samples: Optional[float] = None  # None: unknown or not reached (see nstar_status)
-    nstar_low: Optional[float] = None
-    nstar_high: Optional[float] = None
-    nstar_status: str = ""
-    nstar_relative: bool = False  # a flat N* without a value: only ratios are meaningful
-    time_to_target_s: Optional[float] = None
-    time_ratio: Optional[float] = None  # T / T(baseline)
-    throughput_gain: Optional[float] = None  # q / q(baseline)
-    samples_penalty: Optional[float] = None  # N* / N*(baseline)
-    beats_baseline: Optional[bool] = None  # gain > penalty
-    is_baseline: bool = False
-    invariant: Optional[bool] = None  # its curve matches the baseline's at equal samples
-
-
-class Recommendation(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    label: str
-    prompts: int
-    lr: Optional[float]
-    time_ratio: Optional[float]  # vs the baseline
-    runner_up: Optional[str]
-    margin: Optional[float]  # T(runner-up)/T(best) - 1
-    what_would_change: list[str]
-
-
-class Decision(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    rows: list[Row]
-    baseline: str
-    sample_unit: SampleUnit
-    recommendation: Optional[Recommendation]
-    notes: list[str] = []
-    overlap: Optional[str] = None
-    placement: Optional[str] = None
-    nstar_source: str = ""
-    lr_rule: str = "sqrt"
-    curves: Optional[CurvesResult] = None
 
 
 def _ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
@@ -249,11 +195,11 @@ def decide_from_spec(spec: DecideSpec, adjust_step=None) -> list[Decision]:
     decisions = sorted(decisions, key=best_time)
     decisions[0].notes.extend(left_out)
     decisions[0].notes.extend(profile_notes(prof, fit))
-    limit = prof.model.max_position_embeddings
+    limit = prof.model.context_limit
     if limit and seq > limit:
         decisions[0].notes.append(
             f"prompt {spec.shape.prompt_len} + longest response {seq - spec.shape.prompt_len} = {seq} tokens is past "
-            f"{prof.model.name}'s max_position_embeddings ({limit}): the model cannot generate that long, and these "
+            f"{prof.model.name}'s {prof.model.context_limit_name} ({limit}): the model cannot generate that long, and these "
             "figures extrapolate; shorten --prompt-len or the response lengths")
     return decisions
 

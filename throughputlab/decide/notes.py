@@ -3,10 +3,9 @@ measured ones, partial rollouts."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
-if TYPE_CHECKING:
-    from throughputlab.decide.calculator import Recommendation, Row
+from throughputlab.decide.decision import Recommendation, Row
 
 
 CONTEXT_EXTRAPOLATION = 2.0  # noted when the rollouts' steps read this many times the measured cached tokens

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from throughputlab.decide.calculator import Decision, Row
+from throughputlab.decide.decision import Decision, Row
 from throughputlab.report.page import Section
 
 PARTS = (("gen_s", "generation"), ("logprob_s", "log-probs"), ("train_s", "policy update"),
