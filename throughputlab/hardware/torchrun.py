@@ -1,11 +1,14 @@
 """PyTorch's launcher (``torch.distributed.run``) as a child process that leaves nothing behind,
 and its failure summary in one line.
 
-The launcher starts each rank in a session of its own, so killing the launcher's process
-group does not reach the ranks: :func:`run_tree` remembers every descendant it has seen while
-it waits (once the launcher is dead its orphans are no longer its children) and, on the way
-out, stops the launcher with SIGTERM (which it passes on to its ranks), then SIGKILLs what is
-left: the launcher's group, each rank's own group and every process seen.
+Every launch goes through :func:`run_launcher`: the collective benchmark
+(:mod:`throughputlab.hardware.collectives`), the training ranks and the generation replicas
+(:mod:`throughputlab.distributed.launch`). The launcher starts each rank in a session of its
+own, so killing the launcher's process group does not reach the ranks: :class:`ProcessTree`
+remembers every descendant it has seen while it waits (once the launcher is dead its orphans
+are no longer its children) and, on the way out, stops the launcher with SIGTERM (which it
+passes on to its ranks), then SIGKILLs what is left: the launcher's group, each rank's own
+group and every process seen.
 """
 
 from __future__ import annotations
@@ -17,80 +20,107 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Callable, Optional
 
 log = logging.getLogger(__name__)
 
 
-class LauncherTimeout(Exception):
-    """The launcher ran past its deadline; it and every process it started have been killed."""
-
-
-def run_tree(cmd: list[str], env: dict[str, str], log_path: Path, timeout_s: float) -> int:
-    """Run ``cmd`` (the launcher) in its own session with its output in ``log_path`` and return
-    its exit code; raise LauncherTimeout past ``timeout_s``. On any way out of here (a return,
-    the timeout, Ctrl-C) none of its processes is left alive."""
-    import psutil
-
-    tracked: dict[int, psutil.Process] = {}
-    with open(log_path, "w") as logf:
+def run_launcher(cmd: list[str], env: dict[str, str], log_path: Path, *, timeout_s: Optional[float] = None,
+                 poll: Optional[Callable[[], None]] = None, poll_s: float = 0.05, grace_s: float = 5.0,
+                 append: bool = False) -> tuple[int, bool]:
+    """Run ``cmd`` (the launcher) in its own session with its output written (``append``: appended)
+    to ``log_path``, calling ``poll()`` every ``poll_s`` while it runs and once after; stop it past
+    ``timeout_s``. Returns (exit code, timed out). On any way out of here (a return, the timeout,
+    Ctrl-C, an error in ``poll``) none of its processes is left alive."""
+    with open(log_path, "ab" if append else "wb") as logf:
         log.info("starting %s", " ".join(cmd))
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
+        tree = ProcessTree(proc)
+        timed_out = False
         try:
-            deadline = time.monotonic() + timeout_s
+            started = time.monotonic()
             while proc.poll() is None:
-                _track(proc.pid, tracked)
-                if time.monotonic() > deadline:
-                    raise LauncherTimeout(f"did not finish within {timeout_s:g} s")
-                time.sleep(0.05)
-            return proc.returncode
+                tree.snapshot()
+                if poll is not None:
+                    poll()
+                if timeout_s is not None and time.monotonic() - started > timeout_s:
+                    timed_out = True
+                    break
+                time.sleep(poll_s)
         finally:
-            _stop(proc, tracked)
+            tree.stop(grace_s)
+    if poll is not None:
+        poll()
+    return proc.returncode, timed_out
 
 
-def _track(root: int, tracked: dict) -> None:
-    """Remember every descendant seen: once the launcher dies, its orphans are no longer its children."""
-    import psutil
+class ProcessTree:
+    """The launcher's child and every descendant seen while it ran: once the launcher is dead its
+    orphans are no longer its children, and each rank leads a session of its own, so neither the
+    child's process group nor its children at the end reach them all."""
 
-    try:
-        for p in psutil.Process(root).children(recursive=True):
-            tracked.setdefault(p.pid, p)
-    except psutil.Error:
-        pass
+    def __init__(self, proc: subprocess.Popen):
+        self.proc = proc
+        self.seen: dict = {}  # pid -> psutil.Process (its identity checked by start time)
 
+    def snapshot(self) -> None:
+        """Remember every descendant of the launcher, and of every process seen (born since the last look)."""
+        import psutil
 
-def _stop(proc: subprocess.Popen, tracked: dict) -> None:
-    import psutil
-
-    try:
-        if proc.poll() is None:
-            _track(proc.pid, tracked)
-            _signal_group(proc.pid, signal.SIGTERM)  # the launcher passes it on to its ranks
+        for root in [self.proc.pid, *self.seen]:
             try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
-    except KeyboardInterrupt:  # a second Ctrl-C: straight to SIGKILL
-        pass
-    finally:
-        if proc.poll() is None:  # not reaped yet, so its pid (its group's id) cannot have been reused
-            _signal_group(proc.pid, signal.SIGKILL)
-        for p in list(tracked.values()):  # children born since the last look
-            try:
-                for c in p.children(recursive=True):
-                    tracked.setdefault(c.pid, c)
+                for p in psutil.Process(root).children(recursive=True):
+                    self.seen.setdefault(p.pid, p)
             except psutil.Error:
                 pass
-        for p in list(tracked.values()):
+
+    def alive(self) -> list:
+        import psutil
+
+        out = []
+        for p in list(self.seen.values()):
             try:
-                if p.is_running():
-                    if os.getpgid(p.pid) == p.pid:  # a worker leads its own group (start_new_session)
+                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                    out.append(p)
+            except psutil.Error:
+                pass
+        return out
+
+    def stop(self, grace_s: float) -> None:
+        """SIGTERM to the launcher's group (the launcher passes it on to its ranks), ``grace_s`` for it
+        to end, then SIGKILL to the group, to each rank's own group and to every process seen. A
+        second Ctrl-C during the grace period goes straight to SIGKILL."""
+        import psutil
+
+        try:
+            self.snapshot()
+            if self.proc.poll() is None:
+                _signal_group(self.proc.pid, signal.SIGTERM)
+                try:
+                    self.proc.wait(timeout=grace_s)
+                except subprocess.TimeoutExpired:
+                    pass
+        except KeyboardInterrupt:
+            pass
+        finally:
+            self.snapshot()
+            if self.proc.poll() is None:  # not reaped yet, so its pid (its group's id) cannot have been reused
+                _signal_group(self.proc.pid, signal.SIGKILL)
+                self.proc.kill()
+            left = self.alive()
+            for p in left:
+                try:
+                    if os.getpgid(p.pid) == p.pid:  # a rank leads its own group (start_new_session)
                         _signal_group(p.pid, signal.SIGKILL)
                     p.kill()
-            except (psutil.Error, OSError):
-                pass
-        proc.wait()
-        psutil.wait_procs(list(tracked.values()), timeout=5)
+                except (psutil.Error, OSError):
+                    pass
+            self.proc.wait()
+            psutil.wait_procs(left, timeout=10)
+            still = self.alive()
+            if still:
+                log.warning("processes still alive after SIGKILL: %s", [p.pid for p in still])
 
 
 def _signal_group(pgid: int, sig: int) -> None:
