@@ -215,6 +215,11 @@ def test_datasheet_memory_is_what_nvidia_smi_reports():
     (["--max-num-batched-tokens", "64", "--max-num-seqs", "128"], "--max-num-batched-tokens 64 is below --max-num-seqs"),
     (["--tp", "3", "--gpus", "3"], "--tp 3 does not divide qwen2.5-7b's 28 attention heads"),
     (["--gpus", "16"], "a H100 SXM node holds at most 8 GPUs; give --nodes 2"),
+    (["--rope-scaling", "yarn"], "--rope-scaling yarn: give TYPE:FACTOR[:ORIGINAL]"),
+    (["--rope-scaling", "ntk:2"], "--rope-scaling ntk:2: give TYPE:FACTOR[:ORIGINAL] with TYPE one of yarn"),
+    (["--rope-scaling", "yarn:0.5"], "FACTOR 1 or more"),
+    (["--rope-scaling", "yarn:4", "--max-model-len", "262144"],
+     "--max-model-len 262144 is above qwen2.5-7b's context limit with yarn rope scaling (131072)"),
 ])
 def test_bad_engine_flags_are_one_line_errors(args, fragment):
     r = _cli("--model", "qwen2.5-7b", "--gpu", "h100", "-c", "1", *args)
@@ -228,3 +233,31 @@ def test_engine_flags_go_with_an_analytic_prediction(tmp_path):
     bad.write_text("{}")
     r = _cli("--profile", str(bad), "--enforce-eager")
     assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1 and "engine flags go with --model" in r.output
+
+
+def test_rope_scaling_stretches_the_context_limit_as_vllm_derives_it():
+    from throughputlab.models import resolve_model
+
+    spec = resolve_model("qwen2.5-7b").spec
+    assert spec.context_limit == 32768 and spec.context_limit_name == "max_position_embeddings"
+    assert spec.with_rope_scaling("yarn:4").context_limit == 131072  # original (32768) x 4
+    assert spec.with_rope_scaling("yarn:4:16384").context_limit == 65536  # yarn counts from the original
+    assert spec.with_rope_scaling("linear:2").context_limit == 65536
+    llama = resolve_model("llama3.1-70b").spec  # llama3 rope scaling: max_position_embeddings already counts it
+    assert llama.context_limit == llama.max_position_embeddings == 131072
+
+
+def test_a_long_context_predicts_with_rope_scaling_and_is_refused_without():
+    r = _cli("--model", "qwen2.5-7b", "--gpu", "a100 80gb sxm", "-c", "1", "--prompt-len", "63488",
+             "--output-len", "2048", "--max-model-len", "65536")
+    assert r.exit_code == 2 and "or give the engine's --rope-scaling" in r.output
+    r = _cli("--model", "qwen2.5-7b", "--gpu", "a100 80gb sxm", "-c", "1", "--prompt-len", "63488",
+             "--output-len", "2048", "--max-model-len", "65536", "--rope-scaling", "yarn:4")
+    assert r.exit_code == 0, r.output
+    from throughputlab.models import resolve_model
+    from throughputlab.predict import predict_analytic
+    from throughputlab.predict_engine import EngineOptions
+
+    pred = predict_analytic(resolve_model("qwen2.5-7b").spec, "a100 80gb sxm", concurrency=(1,), prompt_len=63488,
+                            output_len=2048, engine=EngineOptions(max_model_len=65536, rope_scaling="yarn:4"))
+    assert pred.generation[0].status == "ok" and pred.model.context_limit == 131072  # the profile keeps the scaling

@@ -49,17 +49,17 @@ class RunOptions:
 def check_lengths(spec: BenchSpec, resolved: ResolvedModel) -> None:
     """A single length past the model's maximum is a mistake; on a length axis (--contexts,
     --seq-lens) the points past it are recorded `skipped`, unless no length fits."""
-    limit = resolved.spec.max_position_embeddings
+    limit = resolved.spec.context_limit
     gen, train = spec.generation, spec.training
     if not limit:
         return
     if spec.run_gen and gen.prompt_lens[0] + gen.output_len > limit:
         what = "the shortest --contexts value" if gen.contexts else "--prompt-len"
         raise UserError(f"{what} + --output-len = {gen.prompt_lens[0] + gen.output_len} exceeds the model's "
-                        f"max_position_embeddings {limit}")
+                        f"{resolved.spec.context_limit_name} {limit}")
     if spec.run_train and train.all_seq_lens[0] > limit:
         what = "the shortest --seq-lens value" if train.seq_lens else "--seq-len"
-        raise UserError(f"{what} {train.all_seq_lens[0]} exceeds the model's max_position_embeddings {limit}")
+        raise UserError(f"{what} {train.all_seq_lens[0]} exceeds the model's {resolved.spec.context_limit_name} {limit}")
 
 
 def split_lengths(lengths: list[int], extra: int, limit: Optional[int]) -> tuple[list[int], list[int]]:
@@ -218,7 +218,7 @@ def _run_bench(spec: BenchSpec, run: RunOptions, hooks: Hooks = Hooks()) -> Prof
     profile.save(run.output)
 
     extras = _extras(spec, run.output)
-    limit = resolved.spec.max_position_embeddings
+    limit = resolved.spec.context_limit
     try:
         if gen_cls is not None:
             concurrency = _values(gen.concurrency)
@@ -249,7 +249,7 @@ def _run_bench(spec: BenchSpec, run: RunOptions, hooks: Hooks = Hooks()) -> Prof
             for ctx in too_long:
                 _skip(profile, run.output, skipped_generation(
                     backend.name, concurrency, ctx, gen.output_len,
-                    f"not run: prompt {ctx} + output {gen.output_len} exceeds the model's max_position_embeddings "
+                    f"not run: prompt {ctx} + output {gen.output_len} exceeds the model's {resolved.spec.context_limit_name} "
                     f"{limit}", layout))
         if train_cls is not None:
             seq_lens, too_long = split_lengths(train.all_seq_lens, 0, limit)
@@ -266,7 +266,7 @@ def _run_bench(spec: BenchSpec, run: RunOptions, hooks: Hooks = Hooks()) -> Prof
             micro = _values(train.micro_batches) or []
             _skip(profile, run.output, [
                 TrainPoint(backend=backend.name, micro_batch=b, seq_len=seq, status="skipped",
-                           error=f"not run: sequence length {seq} exceeds the model's max_position_embeddings {limit}",
+                           error=f"not run: sequence length {seq} exceeds the model's {resolved.spec.context_limit_name} {limit}",
                            layout=ParallelLayout.training())
                 for seq in too_long for b in micro])
     finally:

@@ -118,6 +118,7 @@ def analytic_model(spec: ModelSpec, gpu: str, dtype: str = "bfloat16", eff: Effi
     if ds is None:
         raise UserError(f"--gpu {gpu}: no datasheet row for it; known devices are {', '.join(device_names())}")
     check_parts(spec, ds, layout.gpus, layout.nodes, layout.tp)
+    spec = spec.with_rope_scaling(engine.check().rope_scaling)
     settings = resolve(engine, spec, ds, layout.tp, prompt_len, output_len)
     bpp = dtype_bytes(dtype)
     phi_peak = peak_flops(ds, dtype)
@@ -244,12 +245,12 @@ def _beyond_measured(profile: Profile, gen_ok, train_ok, gen, train, prompt_len:
                      seq_len: int) -> list[str]:
     """Where a prediction leaves what the profile measured, and lengths the model cannot run."""
     out = []
-    limit = profile.model.max_position_embeddings
+    limit = profile.model.context_limit
     if gen and limit and prompt_len + output_len > limit:
-        out.append(f"prompt {prompt_len} + output {output_len} is past {profile.model.name}'s max_position_embeddings "
+        out.append(f"prompt {prompt_len} + output {output_len} is past {profile.model.name}'s {profile.model.context_limit_name} "
                    f"({limit}): the model cannot run it")
     if train and limit and seq_len > limit:
-        out.append(f"sequence length {seq_len} is past {profile.model.name}'s max_position_embeddings ({limit})")
+        out.append(f"sequence length {seq_len} is past {profile.model.name}'s {profile.model.context_limit_name} ({limit})")
     past = []
     if gen and gen_ok:
         c_max, ctx_max = max(p.concurrency for p in gen_ok), max(p.prompt_len + p.output_len for p in gen_ok)
@@ -277,6 +278,7 @@ def predict_analytic(spec: ModelSpec, gpu: str, *, dtype: str = "bfloat16", cali
     With a layout of several devices the generation points are one engine's (``layout.tp``
     devices) and the training points one device's micro-batch under FSDP over ``layout.gpus``;
     ``engine``: the generation engine's settings (its KV rule, caps and fixed costs)."""
+    spec = spec.with_rope_scaling(engine.check().rope_scaling)
     _check_lists(concurrency, micro_batches, prompt_len, output_len, seq_len)
     ds = lookup(gpu)  # the defaults are its device family's (calibration.efficiencies_for)
     eff = calibration_from(calibrate) if calibrate is not None else \

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict
 
 from throughputlab import roofline as rf
 from throughputlab.errors import UserError
-from throughputlab.models.spec import ModelSpec
+from throughputlab.models.spec import ModelSpec, parse_rope_scaling
 from throughputlab.profile import DatasheetPeak
 
 ENGINES = ("vllm", "sglang", "trtllm")
@@ -57,6 +57,7 @@ class EngineOptions(BaseModel):
     kv_cache_dtype: str = "auto"
     enforce_eager: bool = False
     max_num_batched_tokens: Optional[int] = None
+    rope_scaling: Optional[str] = None  # TYPE:FACTOR, as vLLM's --hf-overrides '{"rope_scaling": ...}' sets it
 
     def check(self) -> "EngineOptions":
         if self.engine not in ENGINES:
@@ -73,6 +74,11 @@ class EngineOptions(BaseModel):
         if self.kv_cache_gib is not None and not self.kv_cache_gib > 0:
             raise UserError(f"--kv-cache-gib must be a positive size in GiB (the KV cache memory per GPU the engine "
                             f"logs), got {self.kv_cache_gib}")
+        if self.rope_scaling is not None:
+            try:
+                parse_rope_scaling(self.rope_scaling)
+            except ValueError as e:
+                raise UserError(str(e)) from None
         seqs, tokens = self.max_num_seqs, self.max_num_batched_tokens
         if self.engine == "vllm" and seqs is not None and tokens is not None and tokens < seqs:
             raise UserError(f"--max-num-batched-tokens {tokens} is below --max-num-seqs {seqs}: vLLM needs a token "
@@ -105,10 +111,10 @@ def resolve(opts: EngineOptions, spec: ModelSpec, ds: DatasheetPeak, tp: int, pr
             output_len: int) -> rf.EngineSettings:
     """The engine settings of a prediction: the flags given, each engine's defaults for the rest."""
     opts = opts.check()
-    limit = spec.max_position_embeddings
+    limit = spec.context_limit
     if opts.max_model_len is not None and limit and opts.max_model_len > limit:
-        raise UserError(f"--max-model-len {opts.max_model_len} is above {spec.name}'s max_position_embeddings "
-                        f"({limit}): use at most {limit}")
+        raise UserError(f"--max-model-len {opts.max_model_len} is above {spec.name}'s {spec.context_limit_name} "
+                        f"({limit}): use at most {limit}, or give the engine's --rope-scaling (e.g. yarn:4)")
     max_len = opts.max_model_len or limit
     if opts.max_model_len is not None and prompt_len + output_len > opts.max_model_len:
         raise UserError(f"--prompt-len + --output-len ({prompt_len + output_len}) exceed --max-model-len "

@@ -102,7 +102,7 @@ def _past_knee_command(prof, result, path: Path) -> Optional[str]:
               help="Analytic prediction: sequences the engine runs at once [default: the engine's: vLLM 1024 on "
                    "70+ GiB GPUs other than A100, else 256; SGLang from its KV pool; TensorRT-LLM 2048].")
 @click.option("--max-model-len", type=int, default=None,
-              help="Analytic prediction: the engine's max_model_len [default: the model's max_position_embeddings].")
+              help="Analytic prediction: the engine's max_model_len [default: the model's context limit, max_position_embeddings or as --rope-scaling stretches it].")
 @click.option("--kv-cache-gib", type=float, default=None,
               help="Analytic prediction: the KV cache memory per GPU the engine logged (vLLM: 'Available KV cache "
                    "memory'), instead of its rule.")
@@ -113,11 +113,15 @@ def _past_knee_command(prof, result, path: Path) -> Optional[str]:
 @click.option("--max-num-batched-tokens", type=int, default=None,
               help="Analytic prediction: the chunked-prefill token budget per step [default: the engine's: vLLM "
                    "8192 on 70+ GiB GPUs other than A100, else 2048; SGLang 8192; TensorRT-LLM 8192].")
+@click.option("--rope-scaling", default=None,
+              help="Analytic prediction: TYPE:FACTOR (yarn, linear or dynamic), as the engine's --hf-overrides "
+                   "rope_scaling: the context limit becomes max_position_embeddings x FACTOR, e.g. yarn:4 for "
+                   "Qwen's 128K contexts.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the prediction as a profile (kind=predicted) that `report` and `decide` read.")
 def predict(profile_path, model, gpu, dtype, calibrate, concurrency, prompt_len, output_len, micro_batch, seq_len,
             gpus, tp, nodes, activation_checkpointing, engine, gpu_memory_utilization, max_num_seqs, max_model_len,
-            kv_cache_gib, kv_cache_dtype, enforce_eager, max_num_batched_tokens, output) -> None:
+            kv_cache_gib, kv_cache_dtype, enforce_eager, max_num_batched_tokens, rope_scaling, output) -> None:
     """Predict tokens/s where nothing was measured: from a fitted profile, or from a config and a datasheet.
 
     \b
@@ -133,7 +137,8 @@ def predict(profile_path, model, gpu, dtype, calibrate, concurrency, prompt_len,
 
     opts = EngineOptions(engine=engine, gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
                          max_model_len=max_model_len, kv_cache_gib=kv_cache_gib, kv_cache_dtype=kv_cache_dtype,
-                         enforce_eager=enforce_eager, max_num_batched_tokens=max_num_batched_tokens)
+                         enforce_eager=enforce_eager, max_num_batched_tokens=max_num_batched_tokens,
+                         rope_scaling=rope_scaling)
     _predict(profile_path, model, gpu, dtype, calibrate, concurrency, prompt_len, output_len, micro_batch, seq_len,
              gpus, tp, nodes, activation_checkpointing, opts, output)
 

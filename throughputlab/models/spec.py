@@ -37,6 +37,28 @@ class MoESpec(BaseModel):
     router_params: int = 0  # per MoE layer
 
 
+ROPE_SCALING_TYPES = ("yarn", "linear", "dynamic")  # the types that stretch the positions by a factor
+
+
+def parse_rope_scaling(text: str, max_position_embeddings: Optional[int] = None) -> dict:
+    """``TYPE:FACTOR[:ORIGINAL]`` as a config's rope_scaling, e.g. ``yarn:4`` or ``yarn:4:32768`` (yarn's
+    original_max_position_embeddings; default the config's max_position_embeddings). ValueError names the fix."""
+    parts = text.split(":")
+    try:
+        kind, factor = parts[0], float(parts[1])
+        original = int(parts[2]) if len(parts) == 3 else max_position_embeddings
+        ok = kind in ROPE_SCALING_TYPES and factor >= 1 and len(parts) <= 3 and (original is None or original > 0)
+    except (IndexError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"--rope-scaling {text}: give TYPE:FACTOR[:ORIGINAL] with TYPE one of "
+                         f"{', '.join(ROPE_SCALING_TYPES)}, FACTOR 1 or more, e.g. yarn:4 or yarn:4:32768")
+    rs = {"rope_type": kind, "factor": factor}
+    if kind == "yarn" and original is not None:
+        rs["original_max_position_embeddings"] = original
+    return rs
+
+
 class ModelSpec(BaseModel):
     """Architecture numbers and the derived per-token costs (parameter counts, not bytes)."""
 
@@ -61,6 +83,37 @@ class ModelSpec(BaseModel):
     params_embedding: int  # input embedding matrix
     params_lm_head: int  # the output projection's matrix (the embedding itself when tied)
     config: dict[str, Any] = {}
+
+    @property
+    def context_limit(self) -> Optional[int]:
+        """The longest sequence the model's positions allow: max_position_embeddings, stretched by a
+        rope_scaling that extends it (yarn: original_max_position_embeddings x factor; linear and dynamic:
+        x factor; llama3 and longrope already count it), as vLLM derives max_model_len
+        (vllm/config/model.py _get_and_verify_max_len)."""
+        limit = self.max_position_embeddings
+        rs = self.config.get("rope_scaling") or {}
+        kind = rs.get("rope_type", rs.get("type"))
+        if limit is None or not rs or kind in ("su", "longrope", "llama3", "default", None) or "factor" not in rs:
+            return limit
+        if kind == "yarn":
+            limit = rs.get("original_max_position_embeddings", limit)
+        return int(limit * float(rs["factor"]))
+
+    def with_rope_scaling(self, text: Optional[str]) -> "ModelSpec":
+        """The spec with ``rope_scaling`` as an engine override gives it (vLLM's ``--hf-overrides``):
+        ``TYPE:FACTOR[:ORIGINAL]`` (``parse_rope_scaling``)."""
+        if not text:
+            return self
+        rs = parse_rope_scaling(text, self.max_position_embeddings)
+        return self.model_copy(update={"config": {**self.config, "rope_scaling": rs}})
+
+    @property
+    def context_limit_name(self) -> str:
+        """How the limit is stated in messages."""
+        if self.context_limit == self.max_position_embeddings:
+            return "max_position_embeddings"
+        kind = (self.config.get("rope_scaling") or {}).get("rope_type") or self.config["rope_scaling"].get("type")
+        return f"context limit with {kind} rope scaling"
 
     # ---- derived quantities (docs/model.md notation), in parameters / FLOPs ----
     @property

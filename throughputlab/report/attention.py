@@ -32,7 +32,7 @@ def share_contexts(p: Profile) -> tuple[list[tuple[int, int, bool]], list[int]]:
         return [], []
     out = [(pl, ol, p.kind != "predicted") for pl, ol, _ in groups]
     longest, output_len = max(pl for pl, _, _ in groups), groups[-1][1]
-    limit = p.model.max_position_embeddings
+    limit = p.model.context_limit
     past = []
     for pl in PREDICTED_PROMPTS:
         if pl <= longest:
@@ -82,7 +82,7 @@ def attention_notes(p: Profile, fit: Optional[FitResult]) -> list[str]:
     _, past = share_contexts(p)
     if past and _model(fit) is not None:
         notes.append(f"{label}: not predicted at prompt {', '.join(map(str, past))}: past the model's "
-                     f"{p.model.max_position_embeddings} positions")
+                     f"{p.model.context_limit} positions")
     return notes
 
 
