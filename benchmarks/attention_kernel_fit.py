@@ -32,7 +32,7 @@ from scipy.optimize import nnls
 
 from throughputlab import roofline as rf
 from throughputlab.models import resolve_model
-from throughputlab.profile import Profile
+from throughputlab.records.profile import Profile
 
 
 def attention_s(b: int, s: int, heads: int, head_dim: int, dtype: torch.dtype, iters: int = 9) -> float:

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from throughputlab.profile import Profile
+from throughputlab.records.profile import Profile
 
 
 def regimes(profile: Profile) -> dict:

@@ -46,7 +46,7 @@ def main() -> None:
 
     import throughputlab.fit.generation as generation
     from throughputlab.fit import fit_profile
-    from throughputlab.profile import Profile
+    from throughputlab.records.profile import Profile
 
     prof = Profile.load(path)
     short = prof.model_copy(deep=True)

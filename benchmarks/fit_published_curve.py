@@ -20,7 +20,7 @@ from pathlib import Path
 from throughputlab.fit import fit_profile, summary_lines
 from throughputlab.imports.common import Target, imported_profile, resolve_gpu
 from throughputlab.models.spec import spec_from_config
-from throughputlab.profile import GenPoint, GenSample, Profile
+from throughputlab.records.profile import GenPoint, GenSample, Profile
 
 # mistralai/Mistral-7B-Instruct-v0.3 config.json (Hugging Face), the fields the cost model reads
 MISTRAL_7B_V03 = {

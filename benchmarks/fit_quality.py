@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 
 from throughputlab.fit import fit_profile, summary_lines
-from throughputlab.profile import Profile
+from throughputlab.records.profile import Profile
 
 LOO_TARGET = 0.05
 FACTOR = 2.0

@@ -29,7 +29,7 @@ from scipy.optimize import nnls
 
 from throughputlab import roofline as rf
 from throughputlab.fit.schema import costs_of
-from throughputlab.profile import Profile
+from throughputlab.records.profile import Profile
 
 FIT_MAX_CONTEXT = 1000  # mean contexts up to 520 are fitted; the 2,056-token points are held out
 SHAPES = {"t0 + B*c + C*c*s": 3, "t0 + B*c + C*c*s + D*s": 4}

@@ -35,7 +35,7 @@ PROMPTS = "4,8,12,16,24,32,48,64,96,128,160,192,256,320,384,512,640,768,896,1024
 
 def _refit(path: str) -> dict:
     from throughputlab.fit import fit_profile
-    from throughputlab.profile import Profile
+    from throughputlab.records.profile import Profile
 
     prof = Profile.load(ROOT / path)
     prof.fit = None

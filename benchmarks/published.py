@@ -40,7 +40,7 @@ from throughputlab import __version__
 from throughputlab import roofline as rf
 from throughputlab.errors import UserError
 from throughputlab.fit.schema import load_fit
-from throughputlab.hardware.peaks import lookup
+from throughputlab.records.peaks import lookup
 from throughputlab.models import preset_names, resolve_model
 from throughputlab.models.spec import ModelSpec, spec_from_config
 from throughputlab.predict import Layout, predict_analytic
@@ -62,7 +62,7 @@ GENERATION_METRICS = {"output_tokens_per_s": "out tok/s", "total_tokens_per_s": 
                       "output_tokens_per_s_per_gpu": "out/GPU", "tpot_ms": "TPOT ms"}
 TRAINING_METRICS = {"tokens_per_s_per_gpu": "tok/s/GPU", "mfu": "MFU"}
 CHECKPOINTING = ("none", "selective", "full")
-# datasheet row (throughputlab.hardware.peaks) -> family, for the summaries; first matching prefix
+# datasheet row (throughputlab.records.peaks) -> family, for the summaries; first matching prefix
 
 
 # ---------------------------------------------------------------- data files

@@ -88,7 +88,8 @@ def run_engine(args, batches: list[int], concs: list[int], lengths_for, measure_
 
 def build_profile(args, resolved, engine, samples, concs):
     from throughputlab.hardware.probe import probe
-    from throughputlab.profile import GenPoint, Profile, SweepSettings
+    from throughputlab.records.profile import GenPoint, Profile
+    from throughputlab.records.settings import SweepSettings
     from throughputlab.machine import environment
 
     # the engine is closed by now; the micro-benchmarks give the fit the KV reads' ceiling, as in a bench profile
@@ -135,7 +136,7 @@ def main() -> None:
 
     from throughputlab.decide.rollout import EngineCaps, LengthDist, simulate_rollout
     from throughputlab.fit import fit_profile
-    from throughputlab.profile import Profile
+    from throughputlab.records.profile import Profile
 
     batches = [int(x) for x in args.batches.split(",")]
     concs = [int(x) for x in args.profile_concurrency.split(",")]

@@ -89,7 +89,7 @@ def main() -> None:
 
     import throughputlab.fit.training as training
     from throughputlab.fit import fit_profile
-    from throughputlab.profile import Profile
+    from throughputlab.records.profile import Profile
 
     prof = Profile.load(path)
     fits = {"chosen": fit_profile(prof, bootstrap=0)}

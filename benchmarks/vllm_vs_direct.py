@@ -236,7 +236,7 @@ def main() -> int:
     if args.interleaved:
         return interleaved(args)
 
-    from throughputlab.profile import Profile
+    from throughputlab.records.profile import Profile
 
     if args.profile:  # take the shape from the profile so both sides time the same requests
         prof = Profile.load(args.profile)

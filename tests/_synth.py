@@ -7,10 +7,9 @@ import numpy as np
 
 from throughputlab.models import resolve_model
 from throughputlab.models.spec import spec_from_config
-from throughputlab.profile import (
-    CpuInfo, EngineInfo, Environment, GenPoint, GenSample, Hardware, MicroBench, Profile, SweepSettings,
-    TrainPoint, TrainSample,
-)
+from throughputlab.records.machine import CpuInfo, Environment, Hardware, MicroBench
+from throughputlab.records.profile import EngineInfo, GenPoint, GenSample, Profile, TrainPoint, TrainSample
+from throughputlab.records.settings import SweepSettings
 from throughputlab.roofline import Costs, decode_step_s, prefill_s, train_step_s
 
 TRUE = dict(t0=2e-3, bw=12e9, phi=60e9, pre_t0=4e-3, pre_phi=90e9, train_t0=0.05, train_phi=40e9,

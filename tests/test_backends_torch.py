@@ -7,8 +7,10 @@ from throughputlab.backends.hf_gen import HFGenerationBackend
 from throughputlab.backends.torch_train import TorchTrainingBackend
 from throughputlab.errors import UserError
 from throughputlab.models import resolve_model
-from throughputlab.profile import Environment, Hardware, Profile, SweepSettings
-from throughputlab.spec import Measurement
+from throughputlab.records.machine import Environment, Hardware
+from throughputlab.records.profile import Profile
+from throughputlab.records.settings import SweepSettings
+from throughputlab.records.settings import Measurement
 from throughputlab.sweep import largest_fitting, run_training
 
 

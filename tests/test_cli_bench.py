@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from conftest import assert_user_error, run_cli
-from throughputlab.profile import Profile
+from throughputlab.records.profile import Profile
 
 REPORTS = Path(__file__).resolve().parent.parent / "reports"
 

@@ -20,11 +20,12 @@ import pytest
 
 from throughputlab.errors import UserError
 from throughputlab.hardware.collectives import (
-    CollectiveBench, CollectiveFit, CollectiveOp, CollectiveRunError, bus_factor, fit_line, measure_collectives,
-    point_from_samples,
+    CollectiveRunError, bus_factor, fit_line, measure_collectives, point_from_samples,
 )
+from throughputlab.records.collectives import CollectiveBench, CollectiveFit, CollectiveOp
 from throughputlab.hardware.topology import cpu_topology, gpu_topology, parse_cpulist
 from throughputlab.hardware.torchrun import failure_summary
+from throughputlab.throughput import CommParams
 
 RANK_MODULE = "throughputlab.hardware.collectives_rank"
 
@@ -162,7 +163,7 @@ def test_comm_params_from_the_fits():
     bench = CollectiveBench(backend="nccl", device="cuda", world_size=8, warmup=1, iters=1,
                             ops=[op("all_reduce", 300e9, 20e-6), op("all_gather", 200e9, 10e-6),
                                  op("reduce_scatter", 100e9, 40e-6)])
-    c = bench.comm_params()
+    c = CommParams.from_collectives(bench)
     assert (c.tp_busbw_bytes_per_s, c.tp_alpha_s) == (300e9, 20e-6)
     assert c.fsdp_busbw_bytes_per_s == pytest.approx(3 / (2 / 200e9 + 1 / 100e9))  # 150 GB/s
     assert c.fsdp_alpha_s == pytest.approx(20e-6)
@@ -370,7 +371,7 @@ def test_hardware_command_records_the_collectives_and_a_fit_uses_them(tmp_path):
 
     from conftest import run_cli
     from throughputlab.fit import fit_profile
-    from throughputlab.machine import Hardware
+    from throughputlab.records.machine import Hardware
 
     out = tmp_path / "hw.json"
     r = run_cli("hardware", "--device", "cpu", "--no-bench", "--collectives", "2", "-o", str(out), timeout=300)
@@ -383,4 +384,4 @@ def test_hardware_command_records_the_collectives_and_a_fit_uses_them(tmp_path):
     prof = make_profile(concurrencies=(1, 2, 4, 8), micro_batches=(1, 2, 4))
     prof.hardware.collectives = hw.collectives
     comm = fit_profile(prof).model.comm
-    assert comm is not None and comm.tp_busbw_bytes_per_s == hw.collectives.comm_params().tp_busbw_bytes_per_s
+    assert comm is not None and comm.tp_busbw_bytes_per_s == CommParams.from_collectives(hw.collectives).tp_busbw_bytes_per_s

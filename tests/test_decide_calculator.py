@@ -123,9 +123,9 @@ def test_no_samples_source_is_a_user_error():
 @pytest.fixture
 def fake_profile(monkeypatch, tmp_path):
     import throughputlab.fit
-    import throughputlab.profile
+    import throughputlab.records.profile
 
-    monkeypatch.setattr(throughputlab.profile.Profile, "load",
+    monkeypatch.setattr(throughputlab.records.profile.Profile, "load",
                         classmethod(lambda cls, p: types.SimpleNamespace(
                             engine=None, bytes_per_param=4, model=resolve_model("demo").spec, fit=None,
                             kind="predicted", hardware=types.SimpleNamespace(device_type="cpu"))))
@@ -229,7 +229,7 @@ def test_note_says_when_rollouts_read_far_more_cached_tokens_than_were_measured(
 @pytest.mark.slow
 def test_fit_records_the_most_cached_tokens_a_measured_step_read():
     from throughputlab.fit import fit_profile
-    from throughputlab.profile import Profile
+    from throughputlab.records.profile import Profile
     from pathlib import Path
 
     prof = Profile.load(Path(__file__).resolve().parent.parent / "reports" / "cpu-intel-xeon-2026-12-01"

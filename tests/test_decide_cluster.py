@@ -49,7 +49,7 @@ def test_prefix_sharing_makes_the_grpo_rollout_faster(q7_8xh100):
 
 
 def test_kv_budget_follows_gpu_memory_utilization(q7_8xh100):
-    model = load_model(__import__("throughputlab.profile", fromlist=["Profile"]).Profile.load(q7_8xh100))
+    model = load_model(__import__("throughputlab.records.profile", fromlist=["Profile"]).Profile.load(q7_8xh100))
     from throughputlab.decide.cluster import generation_model
 
     pl = placements(model, ClusterSpec())[0]

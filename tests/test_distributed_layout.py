@@ -8,12 +8,12 @@ import torch
 
 from throughputlab.distributed.fsdp import decoder_blocks, local_bytes, optimizer_state_bytes, param_bytes
 from throughputlab.distributed.launch import check_run, torchrun_command
-from throughputlab.distributed.records import (
+from throughputlab.records.distributed import (
     DistributedPoint, DistributedSpec, RankPhases, RankSample, RanksFile, ranks_path,
 )
 from throughputlab.distributed.trainer import FAIL_ENV, Fault, loss_weight, split_batch
 from throughputlab.errors import UserError
-from throughputlab.spec import BenchSpec
+from throughputlab.records.settings import BenchSpec
 
 
 @pytest.mark.parametrize("b,n,expected", [(4, 2, [2, 2]), (3, 2, [2, 1]), (1, 2, [1, 0]), (7, 4, [2, 2, 2, 1])])

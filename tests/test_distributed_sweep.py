@@ -15,11 +15,11 @@ import psutil
 import pytest
 
 from throughputlab.distributed.launch import run_training_ranks
-from throughputlab.distributed.records import BACKEND_NAME, IN_FLIGHT, DistributedSpec, RanksFile, ranks_path
+from throughputlab.records.distributed import BACKEND_NAME, DistributedSpec, IN_FLIGHT, RanksFile, ranks_path
 from throughputlab.distributed.trainer import FAIL_ENV
 from throughputlab.errors import UserError
-from throughputlab.profile import Profile
-from throughputlab.spec import BenchSpec
+from throughputlab.records.profile import Profile
+from throughputlab.records.settings import BenchSpec
 from throughputlab.sweep import Hooks
 
 pytestmark = pytest.mark.slow
@@ -256,7 +256,7 @@ def test_cli_bench_on_two_ranks_writes_ok_points_and_leaves_nothing(tmp_path):
     import psutil
 
     from conftest import assert_user_error, run_cli
-    from throughputlab.profile import Profile
+    from throughputlab.records.profile import Profile
 
     out = tmp_path / "ranks.json"
     before = {p.pid for p in psutil.Process().children(recursive=True)}
@@ -301,7 +301,7 @@ def _launcher_folders() -> set[str]:
 def test_cli_world_sizes_writes_one_profile_per_size_and_prints_the_scaling(tmp_path):
     """`bench --only train --world-sizes 1,2 -b 1,2`: -b per rank, one profile per world size."""
     from conftest import assert_user_error, run_cli
-    from throughputlab.profile import Profile
+    from throughputlab.records.profile import Profile
 
     out = tmp_path / "ws.json"
     r = run_cli("bench", "-m", "tiny", "--only", "train", "--world-sizes", "1,2", "-b", "1,2", "--seq-len", "16",

@@ -3,7 +3,7 @@
 import pytest
 
 from throughputlab.calibration import DEFAULT_EFFICIENCIES, efficiencies_for, family_of
-from throughputlab.hardware.peaks import lookup
+from throughputlab.records.peaks import lookup
 from throughputlab.models import resolve_model
 from throughputlab.predict import predict_analytic
 

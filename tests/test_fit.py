@@ -9,7 +9,8 @@ import pytest
 from _synth import TRUE, make_profile
 from throughputlab.errors import UserError
 from throughputlab.fit import FitResult, fit_profile, knee_statement, load_model
-from throughputlab.profile import DatasheetPeak, GenPoint, Profile
+from throughputlab.records.machine import DatasheetPeak
+from throughputlab.records.profile import GenPoint, Profile
 from throughputlab.roofline import Costs
 from throughputlab.throughput import DecodeParams, ThroughputModel
 
@@ -218,7 +219,7 @@ def test_sum_form_is_a_valid_smooth_form():
 def test_tensor_parallel_engine_is_searched_up_to_tp_times_one_device_peak():
     from throughputlab.fit.generation import ceilings
     from throughputlab.fit.schema import engine_devices, peaks_of
-    from throughputlab.profile import EngineInfo
+    from throughputlab.records.profile import EngineInfo
 
     prof = make_profile(concurrencies=(1, 2, 4, 8, 16), micro_batches=(1, 2, 4))
     one = ceilings(peaks_of(prof))

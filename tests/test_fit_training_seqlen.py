@@ -14,7 +14,7 @@ from _synth import TRUE, make_profile
 from throughputlab.fit import FitResult, fit_profile
 from throughputlab.fit.schema import memory_statement, micro_batch_statement
 from throughputlab.fit.summary import summary_lines
-from throughputlab.profile import TrainPoint, TrainSample
+from throughputlab.records.profile import TrainPoint, TrainSample
 from throughputlab.roofline import Costs, train_step_s
 
 SEQ_LENS = (128, 256, 512, 1024)

@@ -8,7 +8,7 @@ import pytest
 
 from throughputlab.fit import fit_profile, summary_lines
 from throughputlab.hardware.probe import microbench
-from throughputlab.profile import MicroBench
+from throughputlab.records.machine import MicroBench
 
 from _synth import make_profile
 

@@ -16,7 +16,7 @@ from throughputlab.fit.schema import load_fit
 from throughputlab.imports.common import resolve_target
 from throughputlab.imports.guidellm import load_guidellm
 from throughputlab.imports.vllm_bench import load_vllm_bench
-from throughputlab.profile import Profile
+from throughputlab.records.profile import Profile
 
 DATA = Path(__file__).parent / "data" / "imports"
 SWEEP = DATA / "vllm_sweep"

@@ -159,7 +159,7 @@ def test_bench_cli_against_the_server(server, tmp_path):
                 "-c", "1,4", "--prompt-len", "16", "--output-len", "8", "--repeats", "2", "--rounds", "1", "--max-cv", "10",
                 "-o", str(out), timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
-    from throughputlab.profile import Profile
+    from throughputlab.records.profile import Profile
 
     prof = Profile.load(out)
     assert prof.engine.name.startswith("openai") and prof.engine.kv_cache_tokens

@@ -7,7 +7,7 @@ import pytest
 
 from conftest import assert_user_error, run_cli
 from throughputlab import roofline as rf
-from throughputlab.hardware.peaks import lookup
+from throughputlab.records.peaks import lookup
 from throughputlab.models import resolve_model
 from throughputlab.predict import Layout, predict_analytic
 from throughputlab.fit import load_model

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from throughputlab.hardware.peaks import _LINKS, _ROWS, device_names, link_bandwidth, lookup, peak_flops
+from throughputlab.records.peaks import _LINKS, _ROWS, device_names, link_bandwidth, lookup, peak_flops
 
 G = 1e9
 T = 1e12

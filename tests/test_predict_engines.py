@@ -11,7 +11,7 @@ from conftest import run_main
 
 from throughputlab import roofline as rf
 from throughputlab.fit import load_fit, load_model
-from throughputlab.hardware.peaks import lookup
+from throughputlab.records.peaks import lookup
 from throughputlab.models import resolve_model
 from throughputlab.predict import Layout, generation_table, predict_analytic
 from throughputlab.predict_engine import EngineOptions

@@ -6,8 +6,9 @@ import pytest
 
 from throughputlab.errors import UserError
 from throughputlab.models import resolve_model
-from throughputlab.profile import (Environment, GenPoint, GenSample, Hardware, Profile, SweepSettings, TrainPoint,
-                                   TrainSample)
+from throughputlab.records.machine import Environment, Hardware
+from throughputlab.records.profile import GenPoint, GenSample, Profile, TrainPoint, TrainSample
+from throughputlab.records.settings import SweepSettings
 
 
 def make_profile() -> Profile:

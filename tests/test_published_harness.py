@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from throughputlab.hardware.peaks import lookup
+from throughputlab.records.peaks import lookup
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "benchmarks" / "data" / "published"

@@ -115,7 +115,7 @@ def test_overhead_probe_is_drawn_and_lowers_the_compute_ceiling():
 
 
 def test_points_table_shows_a_few_telemetry_figures_not_the_raw_dump():
-    from throughputlab.profile import TelemetrySummary
+    from throughputlab.records.profile import TelemetrySummary
     from throughputlab.report.tables import points_tables
 
     p = make_profile(concurrencies=(1, 2, 4, 8), micro_batches=(1, 2, 4))
@@ -160,7 +160,7 @@ def test_summary_fit_and_report_state_one_largest_micro_batch(measured):
 
 
 def test_the_environment_table_leaves_out_engine_figures_the_engine_does_not_have():
-    from throughputlab.profile import EngineInfo
+    from throughputlab.records.profile import EngineInfo
     from throughputlab.report.tables import environment_table
 
     p = make_profile(concurrencies=(1, 2), micro_batches=())

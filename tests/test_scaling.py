@@ -8,8 +8,8 @@ import pytest
 
 from _synth import make_profile
 from throughputlab.distributed.scaling import per_rank_micro_batches, scaling_rows, world_size_output
-from throughputlab.parallel import ParallelLayout
-from throughputlab.profile import Profile, TrainPoint, TrainSample
+from throughputlab.records.layout import ParallelLayout
+from throughputlab.records.profile import Profile, TrainPoint, TrainSample
 
 
 def _profile(n: int, points: dict[int, float]) -> Profile:

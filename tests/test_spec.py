@@ -7,11 +7,9 @@ import pytest
 
 from throughputlab.bench import check_resumable, resume_base
 from throughputlab.errors import UserError
-from throughputlab.profile import Profile
-from throughputlab.spec import (
-    DEFAULTS, BenchSpec, Layer, Measurement, SweepSettings, as_layer, differences, parse_set, read_spec_file, resolve,
-    resume_differences,
-)
+from throughputlab.records.profile import Profile
+from throughputlab.records.settings import BenchSpec, DEFAULTS, Measurement, SweepSettings
+from throughputlab.spec import Layer, as_layer, differences, parse_set, read_spec_file, resolve, resume_differences
 
 REPORTS = Path(__file__).resolve().parent.parent / "reports"
 OLD = REPORTS / "cpu-amd-epyc-2026-11-29" / "demo-profile.json"  # written before the spec, without `rounds`

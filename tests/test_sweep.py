@@ -7,8 +7,10 @@ the real torch backends are exercised in test_backends_torch.py and test_cli_ben
 import pytest
 
 from throughputlab.models import resolve_model
-from throughputlab.profile import Environment, GenSample, Hardware, Profile, SweepSettings, TrainSample
-from throughputlab.spec import Measurement
+from throughputlab.records.machine import Environment, Hardware
+from throughputlab.records.profile import GenSample, Profile, TrainSample
+from throughputlab.records.settings import SweepSettings
+from throughputlab.records.settings import Measurement
 from throughputlab.sweep import Extras, largest_fitting, run_generation, run_training
 
 
@@ -306,7 +308,7 @@ class CountingSampler:
         pass
 
     def stop(self):
-        from throughputlab.profile import TelemetrySummary
+        from throughputlab.records.profile import TelemetrySummary
 
         return TelemetrySummary(source="host", hz=20.0, n_samples=10, mean={"host_cpu_pct": 50.0},
                                 max={"host_cpu_pct": 60.0})
@@ -320,7 +322,7 @@ def test_telemetry_of_every_visit_is_merged(tmp_path):
 
 
 def test_telemetry_summaries_combine_by_sample_count():
-    from throughputlab.profile import TelemetrySummary
+    from throughputlab.records.profile import TelemetrySummary
 
     a = TelemetrySummary(source="host", hz=20.0, n_samples=10, mean={"cpu": 50.0, "rss": 1.0}, max={"cpu": 60.0},
                          throttled=False)

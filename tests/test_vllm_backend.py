@@ -120,9 +120,11 @@ def test_sweep_runner_with_telemetry_and_pyspy(engine, tmp_path):
     if shutil.which("py-spy") is None:
         pytest.skip("py-spy is not installed")
     from throughputlab.hostprof import PySpyRecorder
-    from throughputlab.profile import Hardware, Profile, SweepSettings
+    from throughputlab.records.machine import Hardware
+    from throughputlab.records.profile import Profile
+    from throughputlab.records.settings import SweepSettings
     from throughputlab.machine import environment
-    from throughputlab.spec import Measurement
+    from throughputlab.records.settings import Measurement
     from throughputlab.sweep import Extras, run_generation
     from throughputlab.telemetry import TelemetrySampler
 
@@ -138,7 +140,7 @@ def test_sweep_runner_with_telemetry_and_pyspy(engine, tmp_path):
                    hygiene=Measurement(warmup=1, repeats=40, max_cv=10.0, max_remeasure=0, rounds=1), extras=extras)
     extras.pyspy.close()  # 40 repeats: long enough (1-2 s) for py-spy to attach to and sample the engine's processes
 
-    from throughputlab.profile import Profile as P
+    from throughputlab.records.profile import Profile as P
 
     saved = P.load(path)
     assert [p.status for p in saved.generation] == ["ok", "ok"]

@@ -26,7 +26,7 @@ pytestmark = [
 def test_interrupt_after_first_point_leaves_nothing_running(tmp_path, stop):
     import psutil
 
-    from throughputlab.profile import Profile
+    from throughputlab.records.profile import Profile
 
     out = tmp_path / "vllm.json"
     import tempfile
@@ -112,7 +112,7 @@ def test_tensor_parallel_two_on_vllm_cpu_writes_ok_points_and_shuts_down(tmp_pat
     import psutil
 
     from throughputlab.fit.schema import engine_devices
-    from throughputlab.profile import Profile
+    from throughputlab.records.profile import Profile
 
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("tensor parallelism on CPU needs two cores")

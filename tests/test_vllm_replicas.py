@@ -16,9 +16,9 @@ import tempfile
 import psutil
 import pytest
 
-from throughputlab.distributed.records import IN_FLIGHT
-from throughputlab.profile import Profile
-from throughputlab.spec import BenchSpec, GenerationSpec, Measurement, Telemetry
+from throughputlab.records.distributed import IN_FLIGHT
+from throughputlab.records.profile import Profile
+from throughputlab.records.settings import BenchSpec, GenerationSpec, Measurement, Telemetry
 
 pytestmark = [
     pytest.mark.vllm, pytest.mark.slow,

@@ -20,9 +20,10 @@ from throughputlab.allocator import returns_memory
 from throughputlab.errors import UserError
 from throughputlab.machine import environment
 from throughputlab.models import ResolvedModel, resolve_model
-from throughputlab.parallel import ParallelLayout
-from throughputlab.profile import GenPoint, Profile, TrainPoint
-from throughputlab.spec import BenchSpec, SweepSettings, resume_differences
+from throughputlab.records.layout import ParallelLayout
+from throughputlab.records.profile import GenPoint, Profile, TrainPoint
+from throughputlab.records.settings import BenchSpec, SweepSettings
+from throughputlab.spec import resume_differences
 from throughputlab.sweep import Extras, Hooks, run_generation, run_training
 
 log = logging.getLogger(__name__)

@@ -10,8 +10,9 @@ from pydantic import BaseModel, ConfigDict
 
 from throughputlab import roofline as rf
 from throughputlab.errors import UserError
-from throughputlab.fit.schema import FitResult, Peaks, load_fit
-from throughputlab.profile import Profile
+from throughputlab.fit.schema import FitResult, load_fit
+from throughputlab.records.fit import Peaks
+from throughputlab.records.profile import Profile
 
 
 class Efficiencies(BaseModel):

@@ -24,7 +24,7 @@ from typing import Optional
 
 from throughputlab import scratch
 from throughputlab.errors import EngineMissing, UserError
-from throughputlab.profile import HostProfile
+from throughputlab.records.profile import HostProfile
 
 log = logging.getLogger(__name__)
 

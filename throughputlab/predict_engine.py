@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict
 from throughputlab import roofline as rf
 from throughputlab.errors import UserError
 from throughputlab.models.spec import ModelSpec, parse_rope_scaling
-from throughputlab.profile import DatasheetPeak
+from throughputlab.records.machine import DatasheetPeak
 
 ENGINES = ("vllm", "sglang", "trtllm")
 KV_DTYPES = ("auto", "fp8")

@@ -62,7 +62,7 @@ def conformal_band(ratios: Sequence[float], level: float = LEVEL) -> Optional[tu
     return r[k - 1], r[len(r) - k]
 
 
-# A datasheet row's family by the start of its key (hardware.peaks rows).
+# A datasheet row's family by the start of its key (records.peaks rows).
 FAMILIES = (("MI3", "AMD CDNA3"), ("GB2", "NVIDIA Blackwell"), ("B2", "NVIDIA Blackwell"), ("H", "NVIDIA Hopper"),
             ("A", "NVIDIA Ampere"), ("RTX 3", "NVIDIA Ampere"), ("L", "NVIDIA Ada"), ("RTX 4", "NVIDIA Ada"),
             ("V100", "NVIDIA Volta"))

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Callable, Generator, Iterable, Optional, Union
 
 from throughputlab.errors import first_line
-from throughputlab.parallel import ParallelLayout
-from throughputlab.profile import GenPoint, Profile, TrainPoint
-from throughputlab.spec import Measurement
+from throughputlab.records.layout import ParallelLayout
+from throughputlab.records.profile import GenPoint, Profile, TrainPoint
+from throughputlab.records.settings import Measurement
 
 log = logging.getLogger(__name__)
 

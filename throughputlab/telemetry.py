@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Callable, Optional
 
-from throughputlab.profile import TelemetrySummary
+from throughputlab.records.profile import TelemetrySummary
 
 log = logging.getLogger(__name__)
 

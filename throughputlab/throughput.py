@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict
 
 from throughputlab import roofline as rf
 from throughputlab.errors import UserError
+from throughputlab.records.collectives import CollectiveBench, CollectiveFit, Op
 from throughputlab.roofline import Costs, EngineSettings
 from throughputlab.spread import LEVEL, Spread
 
@@ -75,6 +76,29 @@ class CommParams(BaseModel):
     # small tensor-parallel all-reduces (custom all-reduce): their own latency and bus bandwidth; None: one line
     tp_small_alpha_s: Optional[float] = None
     tp_small_busbw_bytes_per_s: Optional[float] = None
+
+    @classmethod
+    def from_collectives(cls, bench: CollectiveBench, source: str = "") -> CommParams:
+        """The rates of a collective benchmark's fits: tensor parallel from the all-reduce; FSDP from
+        all-gather and reduce-scatter, their busbw combined as FSDP's micro-step uses them (two
+        all-gathers per reduce-scatter, a weighted harmonic mean), the all-gather alone where
+        reduce-scatter has no fit. Raises ValueError without fits."""
+
+        def fitted(name: Op) -> Optional[CollectiveFit]:
+            o = bench.op(name)
+            return o.fit if o and o.fit and o.fit.busbw_fit_bytes_per_s else None
+
+        ar, ag, rs = fitted("all_reduce"), fitted("all_gather"), fitted("reduce_scatter")
+        if ar is None or ag is None:
+            raise ValueError("the collective rates need fitted all-reduce and all-gather bandwidths")
+        if rs is not None:
+            fsdp_bw = 3 / (2 / ag.busbw_fit_bytes_per_s + 1 / rs.busbw_fit_bytes_per_s)
+            fsdp_alpha = (2 * ag.alpha_s + rs.alpha_s) / 3
+        else:
+            fsdp_bw, fsdp_alpha = ag.busbw_fit_bytes_per_s, ag.alpha_s
+        src = source or f"collectives: {bench.backend} on {bench.world_size} {bench.device} ranks"
+        return cls(tp_busbw_bytes_per_s=ar.busbw_fit_bytes_per_s, tp_alpha_s=ar.alpha_s,
+                   fsdp_busbw_bytes_per_s=fsdp_bw, fsdp_alpha_s=fsdp_alpha, source=src)
 
 
 Part = Literal["decode", "prefill", "train"]

@@ -13,7 +13,7 @@ import importlib
 from typing import Optional, Protocol
 
 from throughputlab.errors import EngineMissing, UserError
-from throughputlab.profile import EngineInfo, GenSample, TrainSample
+from throughputlab.records.profile import EngineInfo, GenSample, TrainSample
 
 GEN_BACKENDS = {
     "hf": "throughputlab.backends.hf_gen:HFGenerationBackend",

@@ -29,7 +29,7 @@ import torch
 from throughputlab.backends.torch_common import (InProcessTorchBackend, PeakMemory, build_model, release, sync,
                                                  synthetic_ids)
 from throughputlab.models import ResolvedModel
-from throughputlab.profile import EngineInfo, GenSample
+from throughputlab.records.profile import EngineInfo, GenSample
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from typing import Any, Optional
 from urllib.parse import urlsplit
 
 from throughputlab.errors import EngineMissing, UserError
-from throughputlab.profile import EngineInfo, GenSample
+from throughputlab.records.profile import EngineInfo, GenSample
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import torch
 
 from throughputlab.backends.torch_common import InProcessTorchBackend, PeakMemory, build_model, release, sync, synthetic_ids
 from throughputlab.models import ResolvedModel
-from throughputlab.profile import TrainSample
+from throughputlab.records.profile import TrainSample
 
 
 class TorchTrainingBackend(InProcessTorchBackend):

@@ -37,7 +37,7 @@ from throughputlab.backends.vllm_info import read_engine_info
 from throughputlab.backends.vllm_procs import is_alive, new_children, start_guard, stop_all, stop_guard
 from throughputlab.errors import EngineMissing, UserError
 from throughputlab.models import ResolvedModel
-from throughputlab.profile import EngineInfo, GenSample
+from throughputlab.records.profile import EngineInfo, GenSample
 
 log = logging.getLogger(__name__)
 

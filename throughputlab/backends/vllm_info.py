@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from throughputlab.profile import EngineInfo
+from throughputlab.records.profile import EngineInfo
 
 
 @dataclass(frozen=True)

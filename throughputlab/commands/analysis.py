@@ -30,7 +30,7 @@ def fit(profile: Path, bootstrap: int, output: Optional[Path], no_save: bool, se
     `bench --resume` that measures past it.
     """
     from throughputlab.fit import fit_profile, summary_lines
-    from throughputlab.profile import Profile
+    from throughputlab.records.profile import Profile
 
     prof = Profile.load(profile)
     target = output or profile
@@ -148,7 +148,7 @@ def _predict(profile_path, model, gpu, dtype, calibrate, concurrency, prompt_len
     from throughputlab.fit.schema import load_fit, micro_batch_statement
     from throughputlab.predict import Layout, generation_table, predict_analytic, predict_from_profile, training_table
     from throughputlab.roofline import single_stream_bound
-    from throughputlab.profile import Profile
+    from throughputlab.records.profile import Profile
 
     if (profile_path is None) == (model is None):
         raise UserError("give either --profile PROFILE (fitted prediction) or --model MODEL --gpu GPU (analytic)")
@@ -226,7 +226,7 @@ def _predict(profile_path, model, gpu, dtype, calibrate, concurrency, prompt_len
 @click.option("--title", default=None, help="Page title (default: the profiles' labels).")
 def report(profiles: tuple[Path, ...], output: Path, title: Optional[str]) -> None:
     """One offline HTML report of one or more profiles (overlaid: two GPUs, two models, vllm against hf)."""
-    from throughputlab.profile import Profile
+    from throughputlab.records.profile import Profile
     from throughputlab.report.profile_report import render_report, tell_apart
 
     check_writable(output, "--output")

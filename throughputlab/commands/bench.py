@@ -14,7 +14,7 @@ from click.core import ParameterSource
 from throughputlab.commands.options import IntList, check_writable, default_profile_name, parse_engine_args
 from throughputlab.errors import UserError
 from throughputlab.commands.bench_output import RichHooks, print_ranks, print_scaling, print_summary
-from throughputlab.spec import DEFAULTS
+from throughputlab.records.settings import DEFAULTS
 
 
 # flag (click parameter name) -> the spec key it sets; the spec holds the defaults
@@ -234,7 +234,7 @@ def bench(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, .
     if resume and nproc_per_node == 1 and nnodes == 1:  # a bare --resume continues on the ranks it ran on
         nproc_per_node, activation_checkpointing = _stored_ranks(run.output, nproc_per_node, activation_checkpointing)
     if nproc_per_node > 1 or nnodes > 1:
-        from throughputlab.distributed.records import DistributedSpec
+        from throughputlab.records.distributed import DistributedSpec
 
         if spec.only != "train":
             raise UserError("--nproc-per-node runs the training sweep on several ranks: add --only train "
@@ -302,7 +302,7 @@ def bench(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, .
 def _stored_ranks(path: Path, nproc_per_node: int, activation_checkpointing: bool) -> tuple[int, bool]:
     """The FSDP ranks a profile's training ran on (they are not in the spec): a resumed run takes
     them, one node; several nodes must be given again (their rendezvous is not stored)."""
-    from throughputlab.profile import Profile
+    from throughputlab.records.profile import Profile
 
     layouts = {(p.layout.world_size, p.layout.nodes, p.layout.activation_checkpointing)
                for p in Profile.load(path).training if p.layout is not None and p.layout.fsdp}
@@ -338,7 +338,7 @@ def _refuse_ignored(given: dict, flag_names: dict) -> list[str]:
 def _world_sizes(spec, sizes: list[int], run, activation_checkpointing: bool, collectives: bool) -> None:
     """The training sweep at each world size, one profile each; then the scaling table."""
     from throughputlab.distributed.launch import run_training_ranks
-    from throughputlab.distributed.records import DistributedSpec
+    from throughputlab.records.distributed import DistributedSpec
     from throughputlab.distributed.scaling import check_world_sizes, per_rank_micro_batches, world_size_output
 
     sizes = check_world_sizes(sizes)

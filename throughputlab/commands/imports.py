@@ -38,7 +38,7 @@ def _output_path(output: Optional[Path], model: str, gpu_name: str, force: bool)
 
 
 def _save_and_print(prof, out: Path) -> None:
-    from throughputlab.profile import percentiles
+    from throughputlab.records.profile import percentiles
 
     prof.save(out)
     click.echo(f"{prof.model.name} on {prof.hardware.device_name} ({prof.settings.dtype}), "

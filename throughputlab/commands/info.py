@@ -109,7 +109,7 @@ def models(as_json: bool, dtype: str) -> None:
 def export(profile: Path, output: Optional[Path], what: str) -> None:
     """Write a profile's points as CSV (medians per point, or every raw sample)."""
     from throughputlab.commands.options import check_writable
-    from throughputlab.profile import Profile
+    from throughputlab.records.profile import Profile
 
     prof = Profile.load(profile)  # every problem with the file is one line (throughputlab.files)
     tables = {"generation": prof.generation_df, "training": prof.training_df, "samples": prof.samples_df}

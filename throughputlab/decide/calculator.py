@@ -141,7 +141,7 @@ def decide_from_spec(spec: DecideSpec, adjust_step=None) -> list[Decision]:
     step time before it is ranked (decide/against.py: calibration from a run log)."""
     from throughputlab import roofline as rf
     from throughputlab.fit import fit_profile, load_fit, load_model
-    from throughputlab.profile import Profile
+    from throughputlab.records.profile import Profile
 
     if not spec.profile:
         raise UserError("no profile: give --profile PROFILE.json (measured by `throughputlab bench` "

@@ -6,13 +6,12 @@
 - :mod:`.trainer`: one agreed FSDP2 micro-step; :mod:`.fsdp`: sharding and the bytes a rank holds;
 - :mod:`.comm`: exposed communication time from a profiler trace; :mod:`.ranks`: process group
   setup, agreement collectives, clean exit;
-- :mod:`.records`: the settings and per-point records (no torch import);
+- :mod:`throughputlab.records.distributed`: the settings and per-point records (no torch import);
 - :mod:`.parity`: the check that N ranks take the same step as one process.
 
 Importing this package imports no torch.
 """
 
 from throughputlab.distributed.launch import RanksResult, run_training_ranks
-from throughputlab.distributed.records import DistributedPoint, DistributedSpec, RanksFile, ranks_path
 
-__all__ = ["DistributedPoint", "DistributedSpec", "RanksFile", "RanksResult", "ranks_path", "run_training_ranks"]
+__all__ = ["RanksResult", "run_training_ranks"]

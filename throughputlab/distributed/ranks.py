@@ -172,10 +172,10 @@ def leave(code: int, *, clean: bool) -> None:
 
 def rank_main(argv: Optional[list[str]], worker: str, body: Callable[[Any], None]) -> None:
     """The entry point of one rank of ``worker``: read the job file named in ``argv``
-    (a :class:`~throughputlab.distributed.records.RankJob`), run ``body(job)``, and end the process
+    (a :class:`~throughputlab.records.distributed.RankJob`), run ``body(job)``, and end the process
     with a code saying how it went (0: done, 2: a user mistake, 130: interrupted, 1: anything else),
     leaving the process group cleanly only when the other ranks are leaving too."""
-    from throughputlab.distributed.records import RankJob
+    from throughputlab.records.distributed import RankJob
 
     argv = sys.argv[1:] if argv is None else argv
     logging.basicConfig(level=logging.INFO,

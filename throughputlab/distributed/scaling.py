@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Optional
 
 from throughputlab.errors import UserError
-from throughputlab.profile import Profile
+from throughputlab.records.profile import Profile
 
 
 def world_size_output(path: Path, n: int) -> Path:

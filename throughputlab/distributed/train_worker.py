@@ -4,14 +4,14 @@
         -m throughputlab.distributed.train_worker JOB.json
 
 (:func:`throughputlab.distributed.launch.run_training_ranks` writes ``JOB.json``, a
-:class:`~throughputlab.distributed.records.RankJob`, and runs that command.) Every rank runs
+:class:`~throughputlab.records.distributed.RankJob`, and runs that command.) Every rank runs
 :func:`throughputlab.sweep.run_training` with an FSDP2 backend whose every result is agreed by
 all ranks: the sample a rank hands to the sweep is the slowest rank's step, failures are
 all-reduced, and the profile the sweep starts from is rank 0's. So each rank's sweep takes the
 same decisions (auto doubling, re-measurement, OOM bisection) and reaches the same collectives.
 
 Rank 0 alone writes the profile, after every point, and beside it ``PROFILE.ranks.json`` with
-what each rank measured (:class:`~throughputlab.distributed.records.DistributedPoint`). Before
+what each rank measured (:class:`~throughputlab.records.distributed.DistributedPoint`). Before
 measuring a point for the first time rank 0 records it in the profile as ``error`` (in flight):
 if a rank dies, that is what the profile says, and a resumed run measures it again.
 """
@@ -33,14 +33,14 @@ from throughputlab.distributed import comm, fsdp
 from throughputlab.distributed.ranks import (  # noqa: F401  (AgreedUserError: raised here, imported from here)
     AgreedUserError, RankContext, broadcast_object, gather_floats, init_ranks, rank_main,
 )
-from throughputlab.distributed.records import (
-    BACKEND_NAME, IN_FLIGHT, CommTime, DistributedPoint, InFlight, RankJob, RankMemory, RankSample, RanksFile,
+from throughputlab.records.distributed import (
+    BACKEND_NAME, CommTime, DistributedPoint, IN_FLIGHT, InFlight, RankJob, RankMemory, RankSample, RanksFile,
     ranks_path,
 )
 from throughputlab.distributed.trainer import FSDPTrainer, RankFailure, split_batch
 from throughputlab.errors import UserError
-from throughputlab.parallel import ParallelLayout
-from throughputlab.profile import Profile, TrainPoint, TrainSample
+from throughputlab.records.layout import ParallelLayout
+from throughputlab.records.profile import Profile, TrainPoint, TrainSample
 from throughputlab.sweep import Hooks, Point, run_training
 
 log = logging.getLogger(__name__)
@@ -241,7 +241,7 @@ def _prepare(job: RankJob, resolved, dtype: str, device: str) -> tuple[str, str]
     from throughputlab.distributed.launch import check_resumable
     from throughputlab.hardware.probe import probe
     from throughputlab.machine import environment
-    from throughputlab.spec import SweepSettings
+    from throughputlab.records.settings import SweepSettings
 
     spec, layout, path = job.spec, job.layout, Path(job.output)
     side_path = ranks_path(path)

@@ -1,6 +1,7 @@
 """Fitting the throughput model to a measured profile (docs/model.md).
 
-- :mod:`~throughputlab.fit.schema`: what a fit stores (``FitResult``) and reading it back, no scipy;
+- :mod:`~throughputlab.fit.schema`: what a fit stores (``FitResult``, its parts in
+  :mod:`throughputlab.records.fit`) and reading it back, no scipy;
 - :mod:`~throughputlab.fit.solver`: least squares in log space, intervals, leave-one-out, bootstrap;
 - :mod:`~throughputlab.fit.generation`, :mod:`~throughputlab.fit.training`: the fits of each part;
 - :mod:`~throughputlab.fit.knees`, :mod:`~throughputlab.fit.mbu` (utilisation), :mod:`~throughputlab.fit.summary`;
@@ -14,9 +15,7 @@ from __future__ import annotations
 import importlib
 
 _WHERE = {
-    "FitResult": "schema", "GenerationFit": "schema", "PrefillFit": "schema", "TrainingFit": "schema",
-    "MemoryFit": "schema", "ParamEstimate": "schema", "PointError": "schema", "Peaks": "schema",
-    "Utilisation": "schema", "load_fit": "schema", "load_model": "schema", "costs_of": "schema",
+    "FitResult": "schema", "load_fit": "schema", "load_model": "schema", "costs_of": "schema",
     "peaks_of": "schema", "micro_batch_statement": "schema", "DEFAULT_BOOTSTRAP": "schema",
     "knee_statement": "knees", "generation_knee_statement": "knees",
     "utilisation": "mbu", "summary_lines": "summary", "fit_profile": "run",

@@ -18,7 +18,7 @@ from typing import Optional
 
 import numpy as np
 
-from throughputlab.fit.schema import ParamEstimate, Peaks
+from throughputlab.records.fit import ParamEstimate, Peaks
 from throughputlab.fit.solver import LSQ, log_combination_half_width, percentile_ci
 from throughputlab import roofline as rf
 from throughputlab.roofline import Costs

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Optional
 
 from throughputlab import roofline as rf
-from throughputlab.fit.schema import Peaks, Utilisation
-from throughputlab.profile import Profile
+from throughputlab.records.fit import Peaks, Utilisation
+from throughputlab.records.profile import Profile
 from throughputlab.roofline import Costs
 
 

@@ -18,9 +18,10 @@ from throughputlab.fit.schema import (
 )
 from throughputlab.fit.training import fit_training
 from throughputlab.fit.mbu import utilisation
-from throughputlab.profile import Profile, now_iso
+from throughputlab.records.base import now_iso
+from throughputlab.records.profile import Profile
 from throughputlab.spread import fitted_spread
-from throughputlab.throughput import ThroughputModel
+from throughputlab.throughput import CommParams, ThroughputModel
 
 
 def fit_profile(profile: Profile, *, bootstrap: int = 0, seed: int = DEFAULT_SEED) -> FitResult:
@@ -93,7 +94,7 @@ def _comm(profile: Profile, warnings: list[str]):
     if bench is None:
         return None
     try:
-        return bench.comm_params()
+        return CommParams.from_collectives(bench)
     except ValueError as e:
         warnings.append(f"the collective benchmark has no usable fit ({e}): communication not modelled")
         return None

@@ -17,7 +17,7 @@ from scipy.optimize import least_squares
 from scipy.stats import t as student_t
 
 from throughputlab.errors import UserError
-from throughputlab.fit.schema import CI_LEVEL, ParamEstimate
+from throughputlab.records.fit import CI_LEVEL, ParamEstimate
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from throughputlab.fit.schema import FitResult, ParamEstimate, micro_batch_statement
+from throughputlab.fit.schema import FitResult, micro_batch_statement
+from throughputlab.records.fit import ParamEstimate
 
 
 def _si(v: Optional[float], unit: str) -> str:

@@ -54,23 +54,16 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Optional
-
-from pydantic import BaseModel, ConfigDict
+from typing import Optional
 
 from throughputlab import scratch
 from throughputlab.errors import UserError
-from throughputlab.roofline import bus_factor
-from throughputlab.hardware.topology import Topology
+from throughputlab.hardware.probe import cpu_info
+from throughputlab.hardware.topology import topology
 from throughputlab.hardware.torchrun import failure_summary, read_log, run_launcher
+from throughputlab.records.collectives import OPS, CollectiveBench, CollectiveFit, CollectiveOp, CollectivePoint, Op
+from throughputlab.roofline import bus_factor
 
-if TYPE_CHECKING:
-    from throughputlab.throughput import CommParams
-
-
-SCHEMA_VERSION = 1
-Op = Literal["all_reduce", "all_gather", "reduce_scatter"]
-OPS: tuple[Op, ...] = ("all_reduce", "all_gather", "reduce_scatter")
 ELEMENT_BYTES = 4  # float32, as nccl-tests' default
 KIB = 1024
 
@@ -83,87 +76,6 @@ def default_sizes(device: str) -> list[int]:
         sizes.append(s)
         s *= 4
     return sizes
-
-
-# ---------------------------------------------------------------- records
-
-
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class CollectivePoint(_Record):
-    size_bytes: int  # nccl-tests' size: all-reduce buffer, all-gather output, reduce-scatter input
-    count: int  # float32 elements in that buffer
-    status: Literal["ok", "incorrect", "error"]
-    time_s: Optional[float] = None  # median of samples_s
-    algbw_bytes_per_s: Optional[float] = None
-    busbw_bytes_per_s: Optional[float] = None
-    samples_s: list[float] = []  # one per timed iteration: the slowest rank's time
-    error: Optional[str] = None
-
-
-class CollectiveFit(_Record):
-    """t(S) = alpha_s + S * bus_factor / busbw_fit_bytes_per_s."""
-
-    alpha_s: float
-    busbw_fit_bytes_per_s: Optional[float]  # None when the large sizes give no positive slope
-    slope_sizes_bytes: list[int]
-    alpha_sizes_bytes: list[int]
-    max_rel_error: Optional[float] = None  # max |line - measured| / measured over all ok sizes
-
-
-class CollectiveOp(_Record):
-    op: Op
-    status: Literal["ok", "unsupported", "error"]
-    bus_factor: float
-    error: Optional[str] = None
-    points: list[CollectivePoint] = []
-    fit: Optional[CollectiveFit] = None
-
-
-class CollectiveBench(_Record):
-    schema_version: Literal[1] = SCHEMA_VERSION
-    backend: Literal["nccl", "gloo"]
-    device: Literal["cpu", "cuda"]
-    device_name: Optional[str] = None
-    world_size: int
-    dtype: str = "float32"
-    warmup: int
-    iters: int
-    threads_per_rank: Optional[int] = None  # torch intra-op threads in each rank
-    torch_version: Optional[str] = None
-    launcher: str = "torch.distributed.run"
-    started_at: Optional[str] = None
-    wall_s: Optional[float] = None  # the whole run, launcher start-up included
-    ops: list[CollectiveOp] = []
-    topology: Optional[Topology] = None
-
-    def op(self, name: Op) -> Optional[CollectiveOp]:
-        return next((o for o in self.ops if o.op == name), None)
-
-    def comm_params(self, source: str = "") -> "CommParams":
-        """The throughput model's collective rates from these fits: tensor parallel from the
-        all-reduce; FSDP from all-gather and reduce-scatter, their busbw combined as FSDP's
-        micro-step uses them (two all-gathers per reduce-scatter, a weighted harmonic mean),
-        the all-gather alone where reduce-scatter has no fit. Raises ValueError without fits."""
-        from throughputlab.throughput import CommParams
-
-        def fitted(name: Op) -> Optional[CollectiveFit]:
-            o = self.op(name)
-            return o.fit if o and o.fit and o.fit.busbw_fit_bytes_per_s else None
-
-        ar, ag, rs = fitted("all_reduce"), fitted("all_gather"), fitted("reduce_scatter")
-        if ar is None or ag is None:
-            raise ValueError("comm_params needs fitted all-reduce and all-gather bandwidths")
-        if rs is not None:
-            fsdp_bw = 3 / (2 / ag.busbw_fit_bytes_per_s + 1 / rs.busbw_fit_bytes_per_s)
-            fsdp_alpha = (2 * ag.alpha_s + rs.alpha_s) / 3
-        else:
-            fsdp_bw, fsdp_alpha = ag.busbw_fit_bytes_per_s, ag.alpha_s
-        src = source or f"collectives: {self.backend} on {self.world_size} {self.device} ranks"
-        return CommParams(tp_busbw_bytes_per_s=ar.busbw_fit_bytes_per_s, tp_alpha_s=ar.alpha_s,
-                          fsdp_busbw_bytes_per_s=fsdp_bw, fsdp_alpha_s=fsdp_alpha, source=src)
 
 
 # ---------------------------------------------------------------- derived figures (pure)
@@ -280,12 +192,8 @@ def measure_collectives(nproc: int = 2, device: str = "cpu", sizes: Optional[lis
         bench = CollectiveBench.model_validate_json(out.read_text())
     bench.started_at, bench.wall_s = started, time.monotonic() - t0
     if bench.device == "cpu":
-        from throughputlab.hardware.probe import cpu_info
-
         bench.device_name = cpu_info().model
     if record_topology:
-        from throughputlab.hardware.topology import topology
-
         bench.topology = topology()
     return bench
 

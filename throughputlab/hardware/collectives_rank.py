@@ -13,10 +13,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from throughputlab.hardware.collectives import (
-    ELEMENT_BYTES, OPS, CollectiveBench, CollectiveOp, CollectivePoint, Op, bus_factor, default_sizes, fit_op,
-    point_from_samples,
-)
+from throughputlab.hardware.collectives import ELEMENT_BYTES, bus_factor, default_sizes, fit_op, point_from_samples
+from throughputlab.records.collectives import CollectiveBench, CollectiveOp, CollectivePoint, OPS, Op
 
 log = logging.getLogger(__name__)
 

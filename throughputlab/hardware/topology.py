@@ -16,61 +16,12 @@ import subprocess
 from pathlib import Path
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict
+from throughputlab.records.topology import CpuTopology, GpuLinks, GpuPair, GpuTopology, LinkKind, NumaNode, Topology
 
 log = logging.getLogger(__name__)
 
 _SYS_NODE = Path("/sys/devices/system/node")
 _SYS_CPU = Path("/sys/devices/system/cpu")
-
-
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class NumaNode(_Record):
-    index: int
-    cpus: list[int]
-    memory_total_bytes: Optional[int] = None
-
-
-class CpuTopology(_Record):
-    source: Literal["sysfs", "lscpu", "none"]  # where the NUMA nodes were read
-    sockets: Optional[int] = None
-    physical_cores: Optional[int] = None
-    logical_cores: Optional[int] = None
-    numa_nodes: list[NumaNode] = []
-    usable_cpus: list[int] = []  # this process's affinity (containers and taskset restrict it)
-
-
-PciePath = Literal["same_board", "single_switch", "multiple_switches", "host_bridge", "numa_node", "system"]
-LinkKind = Literal["nvlink", "pcie", "unknown"]
-
-
-class GpuLinks(_Record):
-    index: int
-    pci_bus_id: Optional[str] = None
-    nvlink_active_links: Optional[int] = None  # None: NVML could not say (no NVLink support reads as 0)
-
-
-class GpuPair(_Record):
-    gpu_a: int
-    gpu_b: int
-    link: LinkKind
-    nvlink_p2p: Optional[bool] = None  # NVML's NVLink peer-to-peer status for the pair
-    pcie_path: Optional[PciePath] = None  # nearest common PCIe ancestor (nvidia-smi topo -m: PIX, PXB, PHB, NODE, SYS)
-
-
-class GpuTopology(_Record):
-    source: Literal["nvml", "unavailable"]
-    note: Optional[str] = None  # why NVML could not be read
-    gpus: list[GpuLinks] = []
-    pairs: list[GpuPair] = []
-
-
-class Topology(_Record):
-    cpu: CpuTopology
-    gpu: GpuTopology
 
 
 def topology() -> Topology:

@@ -21,9 +21,9 @@ from typing import Any, Iterable, Optional
 
 from throughputlab.errors import UserError
 from throughputlab.models.spec import ModelSpec, dtype_bytes
-from throughputlab.profile import (
-    DatasheetPeak, EngineInfo, Environment, GenPoint, Hardware, Profile, SweepSettings,
-)
+from throughputlab.records.machine import DatasheetPeak, Environment, Hardware
+from throughputlab.records.profile import EngineInfo, GenPoint, Profile
+from throughputlab.records.settings import SweepSettings
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class Target:
 
 def resolve_gpu(gpu: str) -> DatasheetPeak:
     """``--gpu``: a device with a datasheet row; an unknown name is an error, never a guessed peak."""
-    from throughputlab.hardware.peaks import device_names, lookup
+    from throughputlab.records.peaks import device_names, lookup
 
     ds = lookup(gpu or "")
     if ds is None:

@@ -23,7 +23,7 @@ from throughputlab.errors import UserError
 from throughputlab.imports.common import (
     Target, by_concurrency, count, imported_profile, merge_points, model_mismatch, number, one_model, read_json,
 )
-from throughputlab.profile import GenPoint, GenSample, Profile
+from throughputlab.records.profile import GenPoint, GenSample, Profile
 
 EXPECTED = "a GuideLLM benchmarks.json report"
 BACKEND = "guidellm"

@@ -33,7 +33,7 @@ from throughputlab.imports.common import (
     Target, by_concurrency, count, imported_profile, merge_points, model_mismatch, number, one_model, read_json,
     read_text,
 )
-from throughputlab.profile import EngineInfo, GenPoint, GenSample, Profile
+from throughputlab.records.profile import EngineInfo, GenPoint, GenSample, Profile
 
 EXPECTED = "a vllm bench serve --save-result JSON, a vllm bench sweep serve folder or a vllm bench throughput JSON"
 SERVE, OFFLINE = "vllm-serve", "vllm-throughput"

@@ -12,7 +12,7 @@ import pandas as pd
 
 from throughputlab import roofline as rf
 from throughputlab.fit.schema import FitResult
-from throughputlab.profile import Profile
+from throughputlab.records.profile import Profile
 from throughputlab.report.figures import _grid, _layout, _t, contexts_of, profile_label, shade
 
 # longer prompts the share is predicted at: RL responses run to thousands of tokens

@@ -14,7 +14,7 @@ import numpy as np
 
 from throughputlab import roofline as rf
 from throughputlab.fit.schema import FitResult
-from throughputlab.profile import Profile
+from throughputlab.records.profile import Profile
 from throughputlab.report.page import esc
 
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]

@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 
 from throughputlab.errors import UserError
 from throughputlab.fit.schema import DEFAULT_BOOTSTRAP, DEFAULT_SEED, FitResult, load_fit, micro_batch_statement
-from throughputlab.profile import Profile
+from throughputlab.records.profile import Profile
 from throughputlab.report.attention import attention_figure, attention_notes, attention_table
 from throughputlab.report.figures import (  # noqa: F401  (figures re-exported for callers of this module)
     COLORS, _kv_concurrency, contexts_of, generation_figure, profile_label, step_figure, training_figure,

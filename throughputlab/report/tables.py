@@ -9,7 +9,7 @@ import pandas as pd
 
 from throughputlab import roofline as rf
 from throughputlab.fit.schema import FitResult, micro_batch_statement
-from throughputlab.profile import Profile
+from throughputlab.records.profile import Profile
 from throughputlab.report.figures import GiB, profile_label
 
 

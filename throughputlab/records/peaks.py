@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from throughputlab.profile import DatasheetPeak
+from throughputlab.records.machine import DatasheetPeak
 
 T = 1e12
 G = 1e9

@@ -10,23 +10,23 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import tempfile
 from pathlib import Path
 from typing import Any, Literal, Optional
 
 from pydantic import Field, ValidationError
 
 from throughputlab.errors import UserError
-# The machine records and the settings live in their own modules; they are imported from here too.
-from throughputlab.machine import (  # noqa: F401
-    CpuInfo, DatasheetPeak, Environment, GpuInfo, Hardware, MicroBench, Strict, now_iso,
-)
-from throughputlab.models.spec import ModelSpec
-from throughputlab.parallel import SINGLE, ParallelLayout
-from throughputlab.spec import BenchSpec, SweepSettings  # noqa: F401
+from throughputlab.files import first_error, read_text
+from throughputlab.models.spec import ModelSpec, dtype_bytes
+from throughputlab.records import profile_frames
+from throughputlab.records.base import Record, now_iso, write_atomic
+from throughputlab.records.layout import SINGLE, ParallelLayout
+from throughputlab.records.machine import Environment, Hardware
+from throughputlab.records.settings import BenchSpec, SweepSettings
 
 SCHEMA_VERSION = 1
 Status = Literal["ok", "oom", "error", "skipped"]
+
 
 def median(xs: list[float]) -> Optional[float]:
     return statistics.median(xs) if xs else None
@@ -43,7 +43,7 @@ def cv(xs: list[float]) -> Optional[float]:
 # ---------------------------------------------------------------- points
 
 
-class TelemetrySummary(Strict):
+class TelemetrySummary(Record):
     """Per-point summary of the background sampler (GPU through pynvml, or CPU/RSS)."""
 
     source: Literal["nvml", "host"]
@@ -70,7 +70,7 @@ class TelemetrySummary(Strict):
                                 throttle_reasons=reasons)
 
 
-class HostProfile(Strict):
+class HostProfile(Record):
     """py-spy summary for one point: the share of samples in the top functions."""
 
     flamegraph: Optional[str] = None  # file name next to the profile
@@ -81,7 +81,7 @@ class HostProfile(Strict):
     error: Optional[str] = None
 
 
-class GenSample(Strict):
+class GenSample(Record):
     """One repeat of a generation point."""
 
     total_s: float
@@ -100,7 +100,7 @@ class GenSample(Strict):
     replica_total_s: list[float] = []
 
 
-class GenPrediction(Strict):
+class GenPrediction(Record):
     """What a model predicts at a generation point (a predicted profile holds no samples)."""
 
     total_s: float  # one batch of `concurrency` requests, prefill and decode
@@ -109,12 +109,12 @@ class GenPrediction(Strict):
     total_s_interval: Optional[tuple[float, float]] = None  # at the model's spread level (throughputlab.spread)
 
 
-class TrainPrediction(Strict):
+class TrainPrediction(Record):
     step_s: float  # one micro-step and its optimizer step
     step_s_interval: Optional[tuple[float, float]] = None  # at the model's spread level (throughputlab.spread)
 
 
-class GenPoint(Strict):
+class GenPoint(Record):
     kind: Literal["generation"] = "generation"
     backend: str
     concurrency: int
@@ -219,14 +219,14 @@ def percentiles(xs: list[float], qs: tuple[int, ...] = (50, 90, 99)) -> Optional
     return out
 
 
-class TrainSample(Strict):
+class TrainSample(Record):
     step_s: float
     forward_s: Optional[float] = None
     backward_s: Optional[float] = None
     optimizer_s: Optional[float] = None
 
 
-class TrainPoint(Strict):
+class TrainPoint(Record):
     kind: Literal["training"] = "training"
     backend: str
     micro_batch: int
@@ -274,7 +274,7 @@ class TrainPoint(Strict):
         return cv(self.tokens_per_s_samples)
 
 
-class EngineInfo(Strict):
+class EngineInfo(Record):
     """What the generation engine reports about itself (vLLM: KV-cache capacity)."""
 
     name: str
@@ -286,7 +286,7 @@ class EngineInfo(Strict):
     overhead_probe: Optional[dict[str, int]] = None  # config overrides of the overhead probe model (hf backend)
 
 
-class Profile(Strict):
+class Profile(Record):
     schema_version: Literal[1] = SCHEMA_VERSION
     kind: Literal["measured", "predicted", "imported"] = "measured"  # imported: another tool's benchmark
     model: ModelSpec
@@ -302,8 +302,6 @@ class Profile(Strict):
 
     @property
     def bytes_per_param(self) -> int:
-        from throughputlab.models.spec import dtype_bytes
-
         return dtype_bytes(self.settings.dtype)
 
     # ---- points
@@ -322,22 +320,16 @@ class Profile(Strict):
                 return p
         return None
 
-    # ---- pandas views (throughputlab.profile_frames)
+    # ---- pandas views (throughputlab.records.profile_frames; pandas is imported when one is asked for)
     def generation_df(self):
-        from throughputlab.profile_frames import generation_df
-
-        return generation_df(self)
+        return profile_frames.generation_df(self)
 
     def training_df(self):
-        from throughputlab.profile_frames import training_df
-
-        return training_df(self)
+        return profile_frames.training_df(self)
 
     def samples_df(self):
         """One row per raw sample (generation and training), for your own statistics."""
-        from throughputlab.profile_frames import samples_df
-
-        return samples_df(self)
+        return profile_frames.samples_df(self)
 
     # ---- persistence
     def save(self, path: str | os.PathLike) -> None:
@@ -351,8 +343,6 @@ class Profile(Strict):
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Profile":
-        from throughputlab.files import first_error, read_text
-
         path = Path(path)
         if not path.exists():
             raise UserError(f"profile {path} does not exist; check the path, or measure one with "
@@ -380,26 +370,3 @@ class Profile(Strict):
         except ValidationError as e:
             raise UserError(f"profile {path} is malformed {first_error(e)}: fix the file or measure again") \
                 from None
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Temp file in the same folder, then a rename: readers never see half a file, and a crash
-    leaves the previous one. The file gets the ordinary mode (0666 less the umask)."""
-    directory = path.parent if str(path.parent) else Path(".")
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise

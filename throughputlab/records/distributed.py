@@ -19,17 +19,16 @@ from typing import Annotated, Literal, Optional
 from pydantic import Field, ValidationError
 
 from throughputlab.errors import UserError
-from throughputlab.hardware.collectives import CollectiveBench
-from throughputlab.machine import Strict, now_iso
-from throughputlab.profile import write_atomic
-from throughputlab.spec import BenchSpec
+from throughputlab.records.base import Record, now_iso, write_atomic
+from throughputlab.records.collectives import CollectiveBench
+from throughputlab.records.settings import BenchSpec
 
 RANKS_SCHEMA_VERSION = 1
 BACKEND_NAME = "torch-fsdp"  # TrainPoint.backend of points measured on ranks
 IN_FLIGHT = "in flight: the ranks stopped before this point finished"  # error of a point marked before measuring
 
 
-class DistributedSpec(Strict):
+class DistributedSpec(Record):
     """The parallel layout of a training run under ``torch.distributed.run``."""
 
     nproc_per_node: Annotated[int, Field(gt=0)] = 2
@@ -48,7 +47,7 @@ class DistributedSpec(Strict):
         return self.nproc_per_node * self.nnodes
 
 
-class RankJob(Strict):
+class RankJob(Record):
     """The settings file every rank reads (the launcher writes it)."""
 
     spec: BenchSpec
@@ -65,7 +64,7 @@ class RankJob(Strict):
 # ---------------------------------------------------------------- per point
 
 
-class RankPhases(Strict):
+class RankPhases(Record):
     """One rank's phases of one micro-step, each timed between this rank's device synchronisations."""
 
     forward_s: float
@@ -77,7 +76,7 @@ class RankPhases(Strict):
         return self.forward_s + self.backward_s + self.optimizer_s
 
 
-class RankSample(Strict):
+class RankSample(Record):
     """One micro-step on every rank (index = global rank). The step's time is the slowest rank's."""
 
     ranks: list[RankPhases]
@@ -91,7 +90,7 @@ class RankSample(Strict):
         return max(range(len(self.ranks)), key=lambda i: self.ranks[i].step_s)
 
 
-class RankMemory(Strict):
+class RankMemory(Record):
     """One rank's memory over a point's first visit; the bytes of its shards as measured on the
     rank (sum of the local tensors' sizes), not computed from the parameter count."""
 
@@ -105,7 +104,7 @@ class RankMemory(Strict):
     grad_bytes: Optional[int] = None  # this rank's gradient shards after the reduce-scatter
 
 
-class CommTime(Strict):
+class CommTime(Record):
     """Communication per micro-step from a few profiled steps, per rank (index = global rank)."""
 
     method: str  # how it was measured, in words
@@ -114,7 +113,7 @@ class CommTime(Strict):
     exposed_comm_s: list[float]  # the part of it no compute overlapped
 
 
-class DistributedPoint(Strict):
+class DistributedPoint(Record):
     """What one training point measured on every rank."""
 
     backend: str = BACKEND_NAME
@@ -153,7 +152,7 @@ class DistributedPoint(Strict):
         return t / self.world_size if t is not None else None
 
 
-class InFlight(Strict):
+class InFlight(Record):
     """The point the ranks are measuring now (rank 0 writes it before measuring)."""
 
     micro_batch: int
@@ -162,7 +161,7 @@ class InFlight(Strict):
     started_at: str = Field(default_factory=now_iso)
 
 
-class RanksFile(Strict):
+class RanksFile(Record):
     """``PROFILE.ranks.json``: the layout of the run and one record per training point."""
 
     schema_version: Literal[1] = RANKS_SCHEMA_VERSION

@@ -11,12 +11,12 @@ from typing import Annotated
 
 from pydantic import Field
 
-from throughputlab.machine import Strict
+from throughputlab.records.base import Record
 
 Count = Annotated[int, Field(gt=0)]
 
 
-class ParallelLayout(Strict):
+class ParallelLayout(Record):
     """Devices of one point and their roles.
 
     Generation: ``dp`` engine replicas of ``tp`` devices each, measured together (``world_size``
