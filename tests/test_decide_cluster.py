@@ -57,9 +57,43 @@ def test_kv_budget_follows_gpu_memory_utilization(q7_8xh100):
     default = generation_model(model, pl, ClusterSpec()).kv_cache_tokens  # colocated: 0.5
     high = generation_model(model, pl, ClusterSpec(gpu_memory_utilization=0.9)).kv_cache_tokens
     assert low < default < high
-    w = model.costs.total_weight_bytes
+    # the engine's own rule, as predict sizes it: at 0.5 the same tokens as predict --gpu-memory-utilization 0.5
+    from throughputlab.predict_engine import size_kv
+
     mem = model.train.device_memory_bytes  # the datasheet row's memory as nvidia-smi reports it (81,559 MiB)
-    assert default == int((0.5 * (mem - rf.CUDA_UNEXPOSED_BYTES) - w) / model.costs.kv_bytes_per_token)
+    half = model.engine.model_copy(update={"memory_fraction": 0.5})
+    assert default == size_kv(half, model.costs, pl.tp, mem)[1]
+    # below the bare share minus the weights: the profile run's activations, CUDA graphs and non-torch memory
+    w = model.costs.total_weight_bytes
+    assert default < int((0.5 * (mem - rf.CUDA_UNEXPOSED_BYTES) - w) / model.costs.kv_bytes_per_token)
+
+
+def test_the_rl_shapes_engine_settings_reach_a_predicted_engine(q7_8xh100):
+    from throughputlab.decide.cluster import generation_model
+    from throughputlab.decide.steptime import EngineShape
+    from throughputlab.records.profile import Profile
+
+    model = load_model(Profile.load(q7_8xh100))
+    pl = placements(model, ClusterSpec())[0]
+    base = generation_model(model, pl, ClusterSpec())
+    eager = generation_model(model, pl, ClusterSpec(), EngineShape(enforce_eager=True, max_num_seqs=64))
+    launches = model.costs.num_layers * rf.EAGER_LAYER_S["vllm"]
+    assert eager.decode.t0_s == pytest.approx(base.decode.t0_s + launches)
+    assert eager.max_num_seqs == 64 and eager.engine.enforce_eager
+    sized = generation_model(model, pl, ClusterSpec(), EngineShape(kv_cache_gib=10.0))
+    assert sized.kv_cache_tokens == rf.kv_cache_tokens_of(10 * rf.GIB, rf.tp_shard(model.costs, pl.tp), 16)
+    slow = _decide(q7_8xh100, [128], shape={**SHAPE, "engine": {"enforce_eager": True}})[0].rows[0].step
+    fast = _decide(q7_8xh100, [128])[0].rows[0].step
+    assert slow.gen_s > fast.gen_s and slow.train_s == pytest.approx(fast.train_s)
+
+
+def test_eager_mode_is_refused_on_a_measured_engine(tmp_path):
+    from tests._synth import make_profile
+
+    path = tmp_path / "m.json"
+    make_profile().save(path)
+    assert_user_error(run_cli("decide", "--profile", str(path), "--prompts", "2", "--enforce-eager"),
+                      "measured as it ran")
 
 
 def test_colocated_sync_reshards_and_sleeps_split_sync_crosses_the_link(q7_8xh100):
@@ -105,6 +139,10 @@ def test_placement_search_ranks_colocated_against_splits(q7_8xh100, tmp_path):
     (["--overlap", "off-policy"], "needs separate devices, and the profile's 8 GPUs are one colocated cluster"),
     (["--lr-ref", "-1"], "lr.ref: Value error, must be a positive number, got -1.0"),
     (["--gpus", "0"], "--gpus"),
+    (["--max-num-seqs", "0"], "shape.engine.max_num_seqs: Input should be greater than 0"),
+    (["--max-model-len", "0"], "shape.engine.max_model_len: Input should be greater than 0"),
+    (["--max-num-batched-tokens", "-5"], "shape.engine.max_num_batched_tokens: Input should be greater than 0"),
+    (["--kv-cache-gib", "0"], "shape.engine.kv_cache_gib: Input should be greater than 0"),
 ])
 def test_bad_cluster_input_gets_one_line_errors(q7_8xh100, args, fragment):
     assert_user_error(run_cli("decide", "--profile", q7_8xh100, "--prompts", "64", *args), fragment)

@@ -14,7 +14,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from throughputlab.decide.cluster import ClusterSpec, Placement, placements
+from throughputlab.decide.cluster import ClusterSpec, Placement, kv_tokens_from_gib, placements
 from throughputlab.decide.curves import CurvesResult, CurvesSpec, Direction, NStarParam, load_curves, parse_nstar
 from throughputlab.decide.decision import Decision, Recommendation, Row, SampleUnit
 from throughputlab.decide.notes import context_note, kv_limited_note, partial_notes, profile_notes
@@ -160,8 +160,9 @@ def decide_from_spec(spec: DecideSpec, adjust_step=None) -> list[Decision]:
     if block is None and prof.engine is not None:
         block = prof.engine.engine_args.get("block_size")
     e = spec.shape.engine
+    kv = e.kv_cache_tokens or (kv_tokens_from_gib(model, model.tp, e.kv_cache_gib) if e.kv_cache_gib else None)
     caps = EngineCaps(max_num_seqs=e.max_num_seqs or DEFAULT_MAX_NUM_SEQS,
-                      kv_cache_tokens=e.kv_cache_tokens or model.kv_cache_tokens, block_size=int(block or 16))
+                      kv_cache_tokens=kv or model.kv_cache_tokens, block_size=int(block or 16))
     cluster = spec.cluster
     legacy = cluster is None and (spec.train_profile is not None or spec.shape.overlap != "colocated")
     if legacy and spec.train_profile is None and model.train_devices > 1:

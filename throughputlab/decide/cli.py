@@ -11,6 +11,7 @@ import click
 from throughputlab.errors import UserError
 
 COLUMN_KEYS = ("run", "batch", "lr", "samples", "step", "metric")
+ENGINE_KEYS = ("max_num_seqs", "max_model_len", "kv_cache_gib", "enforce_eager", "max_num_batched_tokens")
 
 
 def _read_spec(path: Path) -> dict[str, Any]:
@@ -92,6 +93,8 @@ def build_spec(spec_file: Optional[Path], **flags: Any):
     if f.get("activation_checkpointing"):
         _set(data, "shape.train.activation_checkpointing", True)
     _set(data, "shape.partial_rollout", f.get("partial_rollout"))
+    for key in ENGINE_KEYS:
+        _set(data, f"shape.engine.{key}", f.get(key))
     try:
         return DecideSpec.model_validate(data)
     except ValidationError as e:
@@ -134,6 +137,17 @@ def build_spec(spec_file: Optional[Path], **flags: Any):
 @click.option("--gpu-memory-utilization", type=float, default=None,
               help="The engines' share of device memory (KV cache = share - weights). [default: 0.5 colocated, "
                    "0.9 split]")
+@click.option("--max-num-seqs", type=int, default=None,
+              help="Sequences an engine runs at once (rollout.max_num_seqs). [default: 1024, veRL's]")
+@click.option("--max-model-len", type=int, default=None,
+              help="The engines' max_model_len (sizes vLLM's profile run). [default: the profile's engine's]")
+@click.option("--max-num-batched-tokens", type=int, default=None,
+              help="The chunked-prefill token budget per engine step. [default: the profile's engine's]")
+@click.option("--kv-cache-gib", type=float, default=None,
+              help="The KV-cache memory per GPU the engine logged, instead of the engine's rule.")
+@click.option("--enforce-eager/--no-enforce-eager", default=None,
+              help="Engines without CUDA graphs (rollout.enforce_eager): the launches of every layer in each decode "
+                   "step. A predicted profile's engine only. [default: as the profile's engine]")
 @click.option("--activation-checkpointing", is_flag=True, default=None,
               help="Training recomputes each block's forward (veRL's default): 4x instead of 3x forward FLOPs.")
 @click.option("--against", default=None, metavar="LOG",

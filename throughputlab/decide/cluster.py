@@ -138,17 +138,54 @@ def placements(model: ThroughputModel, spec: ClusterSpec) -> list[Placement]:
     return out
 
 
-def generation_model(model: ThroughputModel, pl: Placement, spec: ClusterSpec) -> ThroughputModel:
-    """One engine of the placement, its KV cache at the run's gpu_memory_utilization."""
+def generation_model(model: ThroughputModel, pl: Placement, spec: ClusterSpec, engine=None) -> ThroughputModel:
+    """One engine of the placement, its KV cache at the run's gpu_memory_utilization by the engine's own rule
+    (a predicted profile's engine, with ``engine``'s overrides: the RL shape's ``engine`` settings)."""
     update: dict = {}
     mem = device_memory(model)
     util = spec.gpu_memory_utilization or (COLOCATED_GPU_MEMORY_UTILIZATION if pl.kind == "colocated"
                                            else SPLIT_GPU_MEMORY_UTILIZATION)
+    eager = getattr(engine, "enforce_eager", None)
     if model.source != "fit":
         update["tp"] = pl.tp
-        if mem is not None:
+        if model.engine is not None:
+            update.update(_engine_update(model, pl.tp, util, mem, engine))
+        elif mem is not None:
             update["kv_cache_tokens"] = rf.kv_cache_tokens(rf.tp_shard(model.costs, pl.tp), mem, util)
+    elif eager is not None:
+        raise UserError("engine.enforce_eager (--enforce-eager) sets a predicted engine's fixed cost per step; this "
+                        "profile's engine was measured as it ran: measure it again with --engine-arg "
+                        "enforce_eager=true, or decide on a predicted profile")
+    gib = getattr(engine, "kv_cache_gib", None)
+    if gib is not None and model.source == "fit":
+        update["kv_cache_tokens"] = kv_tokens_from_gib(model, 1, gib)
     return model.model_copy(update=update)
+
+
+def kv_tokens_from_gib(model: ThroughputModel, tp: int, gib: float) -> int:
+    """The tokens a measured KV cache of ``gib`` per device holds (--kv-cache-gib), in the engine's blocks."""
+    block = model.engine.block_tokens if model.engine else 1
+    return rf.kv_cache_tokens_of(gib * rf.GIB, rf.tp_shard(model.costs, tp), block)
+
+
+def _engine_update(model: ThroughputModel, tp: int, util: float, mem, engine) -> dict:
+    """A predicted engine at the run's memory share and settings: its KV cache by the engine's rule
+    (predict_engine.size_kv, the rule predict uses), its caps, and in eager mode the launches per layer."""
+    from throughputlab.predict_engine import size_kv
+
+    old = model.engine
+    given = {k: getattr(engine, k, None) for k in ("max_num_seqs", "max_num_batched_tokens", "max_model_len",
+                                                    "kv_cache_gib", "enforce_eager")}
+    settings = old.model_copy(update={"memory_fraction": util, **{k: v for k, v in given.items() if v is not None}})
+    settings, tokens = size_kv(settings, model.costs, tp, mem)
+    update = {"engine": settings, "kv_cache_tokens": tokens, "max_num_seqs": settings.max_num_seqs}
+    layers = model.costs.num_layers
+    if settings.enforce_eager != old.enforce_eager and model.decode is not None and layers:
+        launches = rf.decode_fixed_s(layers, settings.name, True, 0.0, False) - rf.decode_fixed_s(
+            layers, settings.name, False, 0.0, False)
+        sign = 1.0 if settings.enforce_eager else -1.0
+        update["decode"] = model.decode.model_copy(update={"t0_s": model.decode.t0_s + sign * launches})
+    return update
 
 
 def training_model(model: ThroughputModel, pl: Placement, checkpointing: bool, seq_len: float,

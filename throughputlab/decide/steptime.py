@@ -15,7 +15,7 @@ import logging
 from typing import Literal, Optional
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from throughputlab import roofline as rf
 from throughputlab.decide.cluster import (
@@ -76,11 +76,15 @@ class SyncShape(_Spec):
 
 
 class EngineShape(_Spec):
-    """Overrides of the engine's limits recorded in the profile."""
+    """Overrides of the engine's settings recorded in the profile (the flags of `predict`'s engine)."""
 
-    max_num_seqs: Optional[int] = None  # None: 1024, veRL's rollout default
-    kv_cache_tokens: Optional[int] = None
-    block_size: Optional[int] = None  # None: the profile's engine, else 16 (vLLM: 16 on GPU, 128 on CPU)
+    max_num_seqs: Optional[int] = Field(None, gt=0)  # None: 1024, veRL's rollout default
+    kv_cache_tokens: Optional[int] = Field(None, gt=0)
+    block_size: Optional[int] = Field(None, gt=0)  # None: the profile's engine, else 16 (vLLM: 16 on GPU, 128 on CPU)
+    kv_cache_gib: Optional[float] = Field(None, gt=0)  # the KV memory per GPU the engine logged, instead of its rule
+    enforce_eager: Optional[bool] = None  # None: as the profile's engine ran or was predicted
+    max_num_batched_tokens: Optional[int] = Field(None, gt=0)  # the chunked-prefill token budget per step
+    max_model_len: Optional[int] = Field(None, gt=0)
 
 
 class RLShape(_Spec):
@@ -194,7 +198,7 @@ class StepModel:
             model.require("decode")
             train_model = training_model(train_model or model, placement, shape.train.activation_checkpointing,
                                          self.train_seq_len, activation_per_sequence)
-            model = generation_model(model, placement, self.cluster)
+            model = generation_model(model, placement, self.cluster, shape.engine)
         elif shape.train.activation_checkpointing:
             train_model = (train_model or model).model_copy(update={"activation_checkpointing": True})
         self.model = model
