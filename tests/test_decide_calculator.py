@@ -122,14 +122,15 @@ def test_no_samples_source_is_a_user_error():
 
 @pytest.fixture
 def fake_profile(monkeypatch, tmp_path):
-    import throughputlab.fit
+    import throughputlab.fit.load
     import throughputlab.records.profile
 
     monkeypatch.setattr(throughputlab.records.profile.Profile, "load",
                         classmethod(lambda cls, p: types.SimpleNamespace(
                             engine=None, bytes_per_param=4, model=resolve_model("demo").spec, fit=None,
                             kind="predicted", hardware=types.SimpleNamespace(device_type="cpu"))))
-    monkeypatch.setattr(throughputlab.fit, "load_model", lambda prof: model())
+    monkeypatch.setattr(throughputlab.fit.load, "load_or_fit",
+                        lambda prof: types.SimpleNamespace(model=model(), generation=None))
     return tmp_path / "prof.json"
 
 

@@ -140,18 +140,16 @@ def decide_from_spec(spec: DecideSpec, adjust_step=None) -> list[Decision]:
     ``adjust_step(step_model, step_time) -> StepTime``, when given, sees (and may rescale) every
     step time before it is ranked (decide/against.py: calibration from a run log)."""
     from throughputlab import roofline as rf
-    from throughputlab.fit import fit_profile, load_fit, load_model
+    from throughputlab.fit.load import load_or_fit
     from throughputlab.records.profile import Profile
 
     if not spec.profile:
         raise UserError("no profile: give --profile PROFILE.json (measured by `throughputlab bench` "
                         "or predicted by `throughputlab predict`)")
     prof = Profile.load(spec.profile)
-    fit = load_fit(prof)  # the stored fit, else one made now (its PHI's identification feeds a note)
-    if fit is None and prof.kind != "predicted":
-        fit = fit_profile(prof, bootstrap=0)
-    model = fit.model if fit is not None else load_model(prof)
-    train_model = load_model(Profile.load(spec.train_profile)) if spec.train_profile else None
+    fit = load_or_fit(prof)  # the stored fit, else one made now (its PHI's identification feeds a note)
+    model = fit.model
+    train_model = load_or_fit(Profile.load(spec.train_profile)).model if spec.train_profile else None
     if model.train is None and train_model is None:
         raise UserError(f"the profile {spec.profile} has no training part (it measured generation only, as an "
                         "imported vLLM or GuideLLM benchmark does): name one as train_profile in the --spec file, "

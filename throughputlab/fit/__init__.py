@@ -5,7 +5,8 @@
 - :mod:`~throughputlab.fit.solver`: least squares in log space, intervals, leave-one-out, bootstrap;
 - :mod:`~throughputlab.fit.generation`, :mod:`~throughputlab.fit.training`: the fits of each part;
 - :mod:`~throughputlab.fit.knees`, :mod:`~throughputlab.fit.mbu` (utilisation), :mod:`~throughputlab.fit.summary`;
-- :mod:`~throughputlab.fit.run`: ``fit_profile``.
+- :mod:`~throughputlab.fit.run`: ``fit_profile``; :mod:`~throughputlab.fit.load`: ``load_or_fit``, the
+  stored fit or one made now, for every command that reads a profile's model.
 
 Names are imported lazily, so ``from throughputlab.fit import load_fit`` does not import scipy.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 import importlib
 
 _WHERE = {
-    "FitResult": "schema", "load_fit": "schema", "load_model": "schema", "costs_of": "schema",
+    "FitResult": "schema", "load_fit": "schema", "load_model": "load", "load_or_fit": "load", "costs_of": "schema",
     "peaks_of": "schema", "micro_batch_statement": "schema", "DEFAULT_BOOTSTRAP": "schema",
     "knee_statement": "knees", "generation_knee_statement": "knees",
     "utilisation": "mbu", "summary_lines": "summary", "fit_profile": "run",

@@ -17,8 +17,7 @@ import numpy as np
 from throughputlab import roofline as rf
 from throughputlab.fit import identify
 from throughputlab.fit.forms import SPLIT_CONTEXT_RATIO, attention_note, choose_form
-from throughputlab.fit.schema import PHI_FLOOR_NOTE
-from throughputlab.records.fit import GenerationFit, Peaks, PointError, PrefillFit
+from throughputlab.records.fit import PHI_FLOOR_NOTE, GenerationFit, Peaks, PointError, PrefillFit
 from throughputlab.fit.solver import LSQ, bootstrap, can_bootstrap, estimates, leave_one_out, rms, solve
 from throughputlab.records.profile import GenPoint
 from throughputlab.roofline import Costs

@@ -14,7 +14,7 @@ from throughputlab.errors import UserError
 from throughputlab.models.spec import spec_from_config
 from throughputlab.records.base import Record
 from throughputlab.records.fit import (
-    FIT_SCHEMA_VERSION, GenerationFit, MemoryFit, Peaks, PrefillFit, TrainingFit, Utilisation,
+    FIT_SCHEMA_VERSION, PHI_FLOOR_NOTE, GenerationFit, MemoryFit, Peaks, PrefillFit, TrainingFit, Utilisation,
 )
 from throughputlab.records.peaks import peak_flops
 from throughputlab.records.profile import Profile
@@ -23,7 +23,7 @@ from throughputlab.throughput import ThroughputModel
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BOOTSTRAP = 200  # `throughputlab fit` and a report that fits a profile with no stored fit
+DEFAULT_BOOTSTRAP = 200  # `throughputlab fit`, and a fit made now where none is stored (throughputlab.fit.load)
 DEFAULT_SEED = 0
 
 
@@ -89,9 +89,6 @@ def peaks_of(profile: Profile) -> Peaks:
     )
 
 
-PHI_FLOOR_NOTE = "every point is memory-bound: PHI is only bounded from below"
-
-
 def phi_is_a_floor(gen: Optional[GenerationFit]) -> bool:
     """Whether the decode fit's PHI is only bounded from below, not identified: every measured
     point was memory-bound, so the knee and the compute-bound rates are floors too."""
@@ -141,16 +138,6 @@ def load_fit(profile: Profile) -> Optional[FitResult]:
     if model.train is not None and model.train.seq_len is None and fit.training is not None:
         model.train = model.train.model_copy(update={"seq_len": fit.training.seq_len})
     return fit.model_copy(update={"model": model})
-
-
-def load_model(profile: Profile) -> ThroughputModel:
-    """The ThroughputModel of a profile: its stored fit (or prediction), else a fit made now."""
-    stored = load_fit(profile)
-    if stored is not None:
-        return stored.model
-    from throughputlab.fit.run import fit_profile
-
-    return fit_profile(profile, bootstrap=0).model
 
 
 def memory_statement(mem: MemoryFit, seq_len: Optional[int] = None) -> str:

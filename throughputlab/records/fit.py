@@ -12,6 +12,7 @@ from throughputlab.records.base import Record
 
 FIT_SCHEMA_VERSION = 1
 CI_LEVEL = 0.95
+PHI_FLOOR_NOTE = "every point is memory-bound: PHI is only bounded from below"  # the note of such a PHI
 
 
 class ParamEstimate(Record):

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from throughputlab.errors import UserError
-from throughputlab.fit.schema import DEFAULT_BOOTSTRAP, DEFAULT_SEED, FitResult, load_fit, micro_batch_statement
+from throughputlab.fit.load import load_or_fit
+from throughputlab.fit.schema import FitResult, micro_batch_statement
 from throughputlab.records.profile import Profile
 from throughputlab.report.attention import attention_figure, attention_notes, attention_table
 from throughputlab.report.figures import (  # noqa: F401  (figures re-exported for callers of this module)
@@ -26,19 +27,13 @@ log = logging.getLogger(__name__)
 
 
 def _fit_of(p: Profile, notes: list[str]) -> Optional[FitResult]:
-    fit = load_fit(p)
-    if fit is not None:
-        return fit
+    said: list[str] = []
     try:
-        from throughputlab.fit.run import fit_profile
-
-        fit = fit_profile(p, bootstrap=DEFAULT_BOOTSTRAP, seed=DEFAULT_SEED)
+        fit = load_or_fit(p, said=said)
     except UserError as e:
         notes.append(f"{profile_label(p)}: no fit ({e})")
         return None
-    notes.append(f"{profile_label(p)}: the profile has no stored fit; fitted now with `throughputlab fit`'s "
-                 f"defaults (bootstrap {DEFAULT_BOOTSTRAP}, seed {DEFAULT_SEED}); store one with "
-                 "`throughputlab fit PROFILE`")
+    notes.extend(f"{profile_label(p)}: {s}" for s in said)
     return fit
 
 
