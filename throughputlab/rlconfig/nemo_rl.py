@@ -1,0 +1,213 @@
+"""NeMo-RL: a GRPO recipe (``examples/configs/...yaml``) with its ``defaults:`` parents, read into a
+``RunConfig``.
+
+A recipe names its parent file(s) relative to itself; the child's keys override the parent's,
+mapping by mapping. When the relative path does not exist, a file of the same name next to the
+recipe is used (a recipe copied out of the repository with its parents beside it). Sizes are
+in sequences (``train_global_batch_size``, ``train_micro_batch_size``, ``logprob_batch_size``), the
+lengths in tokens; ``max_total_sequence_length`` caps prompt plus response.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+from throughputlab.errors import UserError
+from throughputlab.files import read_settings
+from throughputlab.rlconfig.common import Ctx, deep_merge
+
+WHAT = "a NeMo-RL recipe (YAML)"
+P = "policy"
+G = "policy.generation"
+V = "policy.generation.vllm_cfg"
+DT = "policy.dtensor_cfg"
+MG = "policy.megatron_cfg"
+DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "fp8": "fp8", "bf16": "bf16", "fp16": "fp16"}
+
+
+def looks_like(tree: dict) -> bool:
+    pol = tree.get("policy")
+    return "grpo" in tree or (isinstance(pol, dict) and bool({"generation", "dtensor_cfg", "megatron_cfg",
+                                                              "train_global_batch_size"} & set(pol)))
+
+
+def load(path: Path, data: dict, src: str, chain: tuple = ()) -> dict:
+    """``data`` (the file at ``path``) merged over its ``defaults:`` parents, recursively."""
+    here = src if not chain else str(path)
+    chain = (*chain, path.resolve())
+    parents = data.pop("defaults", None)
+    if parents is None:
+        return data
+    names = [parents] if isinstance(parents, str) else parents
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise UserError(f"{here}: defaults: expected a parent file name or a list of them, got {parents!r}"[:200])
+    merged: dict = {}
+    for name in names:
+        cand = [Path(os.path.normpath(path.parent / name)), path.parent / Path(name).name]
+        found = next((c for c in cand if c.is_file()), None)
+        if found is None:
+            looked = " or ".join(dict.fromkeys(str(c) for c in cand))
+            raise UserError(f"{here}: defaults names {name!r}, but {looked} does not exist; put the parent "
+                            "recipe there")
+        if found.resolve() in chain:
+            order = " -> ".join(str(c) for c in (*chain, found.resolve()))
+            raise UserError(f"{here}: defaults cycle: {found} is its own ancestor ({order})")
+        parent = read_settings(found, WHAT, str(found), yaml=True)
+        merged = deep_merge(merged, load(found, parent, src, chain))
+    return deep_merge(merged, data)
+
+
+def read(ctx: Ctx) -> None:
+    if not ctx.stated("grpo.num_prompts_per_step") and not ctx.stated(f"{P}.train_global_batch_size"):
+        raise UserError(f"{ctx.src}: no batch size in it: set grpo.num_prompts_per_step (prompts per step) "
+                        "and policy.train_global_batch_size, or name the parent recipe under defaults:")
+    ctx.int("grpo.num_prompts_per_step", "prompts_per_step")
+    ctx.int("grpo.num_generations_per_prompt", "responses_per_prompt")
+    turns = ctx.int("grpo.max_rollout_turns", note="turns per rollout")
+    ctx.set("multi_turn", None if turns is None else turns > 1, "grpo.max_rollout_turns")
+    ctx.str("grpo.adv_estimator.name", "algorithm")
+    if "algorithm" not in ctx.fields and ctx.has("grpo"):
+        ctx.set("algorithm", "grpo")
+    ctx.str(f"{P}.model_name", "model")
+    ctx.int(f"{P}.max_total_sequence_length", "sequence_tokens_max")
+    ctx.int("data.max_input_seq_length", "prompt_tokens_max")
+    ctx.int(f"{G}.max_new_tokens", "response_tokens_max")
+    ctx.int(f"{P}.train_global_batch_size", "train_mini_batch_sequences")
+    ctx.int(f"{P}.train_micro_batch_size", "micro_batch_sequences_per_gpu")
+    lp = ctx.int(f"{P}.logprob_batch_size", "logprob_micro_batch_sequences_per_gpu")
+    ctx.set("ref_micro_batch_sequences_per_gpu", lp, f"{P}.logprob_batch_size")
+    _packing(ctx)
+    _generation(ctx)
+    _trainer(ctx)
+    kl = ctx.float("loss_fn.reference_policy_kl_penalty", "kl", note="reference logits each step when above 0")
+    ctx.set("reference", None if kl is None else kl > 0, "loss_fn.reference_policy_kl_penalty")
+    if ctx.bool("grpo.skip_reference_policy_logprobs_calculation", note="no reference pass"):
+        ctx.set("reference", False, "grpo.skip_reference_policy_logprobs_calculation")
+    ctx.set("critic", False if ctx.has("grpo") else None)
+    _cluster(ctx)
+
+
+def _packing(ctx: Ctx) -> None:
+    """Sequence packing (no padding, micro-batches up to ``train_mb_tokens``) or dynamic batching
+    (padded, same budget); NeMo-RL allows one of the two."""
+    pack = ctx.bool(f"{P}.sequence_packing.enabled", note="sequences packed without padding")
+    dyn = ctx.bool(f"{P}.dynamic_batching.enabled", note="micro-batches filled up to a token budget")
+    if pack and dyn:
+        raise UserError(f"{ctx.src}: policy.sequence_packing.enabled and policy.dynamic_batching.enabled are "
+                        "both true; NeMo-RL takes one of them, set the other to false")
+    for sec, on in (("sequence_packing", pack), ("dynamic_batching", dyn)):
+        key = f"{P}.{sec}"
+        if on:
+            ctx.int(f"{key}.train_mb_tokens", "token_budget_per_gpu")
+            lp = ctx.int(f"{key}.logprob_mb_tokens", "logprob_token_budget_per_gpu")
+            ctx.set("ref_token_budget_per_gpu", lp, f"{key}.logprob_mb_tokens")
+        elif on is False and ctx.has(key):
+            for k in ("train_mb_tokens", "logprob_mb_tokens", "sequence_length_round", "algorithm"):
+                ctx.ignore(f"{key}.{k}", f"unused: {key}.enabled is false")
+    if pack is not None or dyn is not None:
+        key = f"{P}.sequence_packing.enabled" if pack is not None else f"{P}.dynamic_batching.enabled"
+        ctx.set("remove_padding", bool(pack), key)
+        ctx.set("dynamic_batch", bool(pack or dyn), key)
+
+
+def _generation(ctx: Ctx) -> None:
+    backend = ctx.str(f"{G}.backend", "rollout_engine")
+    if backend not in (None, "vllm") and ctx.has(V):
+        ctx.ignore(V, f"unused: generation backend is {backend}")
+        return
+    ctx.int(f"{V}.tensor_parallel_size", "rollout_tp")
+    ctx.float(f"{V}.gpu_memory_utilization", "gpu_memory_utilization", lo=0.01, hi=1.0)
+    ctx.bool(f"{V}.enforce_eager", "enforce_eager")
+    ctx.bool(f"{V}.async_engine", "rollout_async_engine")
+    prec = ctx.str(f"{V}.precision", note="engine weights and activations")
+    ctx.set("rollout_dtype", DTYPES.get(prec or "", prec), f"{V}.precision")
+    for k, field in (("max_num_seqs", "max_num_seqs"), ("max_num_batched_tokens", "max_num_batched_tokens")):
+        ctx.int(f"{G}.vllm_kwargs.{k}", field)
+
+
+def _trainer(ctx: Ctx) -> None:
+    meg = ctx.bool(f"{MG}.enabled", note="Megatron-core trains the policy")
+    dt = ctx.bool(f"{DT}.enabled", note="DTensor (FSDP2) trains the policy")
+    if meg and dt:
+        raise UserError(f"{ctx.src}: policy.megatron_cfg.enabled and policy.dtensor_cfg.enabled are both true; "
+                        "NeMo-RL trains with one of them, set the other to false")
+    prec = ctx.str(f"{P}.precision", note="training precision")
+    ctx.set("train_dtype", DTYPES.get(prec or "", prec), f"{P}.precision")
+    if meg:
+        if ctx.has(DT):
+            ctx.ignore(DT, "unused: the policy trains with Megatron")
+        ctx.set("train_strategy", "megatron", f"{MG}.enabled")
+        ctx.int(f"{MG}.tensor_model_parallel_size", "train_tp")
+        ctx.int(f"{MG}.pipeline_model_parallel_size", "train_pp")
+        ctx.int(f"{MG}.expert_model_parallel_size", "train_ep")
+        ctx.int(f"{MG}.context_parallel_size", "sequence_parallel")
+        ac = ctx.bool(f"{MG}.activation_checkpointing", note="NeMo-RL recomputes every layer (full)")
+        ctx.set("activation_checkpointing", None if ac is None else ("full" if ac else "none"),
+                f"{MG}.activation_checkpointing")
+        cpu = ctx.bool(f"{MG}.optimizer.optimizer_cpu_offload", "optimizer_on_cpu")
+        ctx.set("optimizer_offload", cpu, f"{MG}.optimizer.optimizer_cpu_offload")
+        fp8 = ctx.bool(f"{MG}.fp8_cfg.enabled", note="FP8 training")
+        if ctx.raw(f"{MG}.fp8_cfg") is None and ctx.has(f"{MG}.fp8_cfg"):
+            ctx.note(f"{MG}.fp8_cfg", None, "null: no FP8 training")
+        if fp8:
+            ctx.set("train_dtype", "fp8", f"{MG}.fp8_cfg.enabled")
+        lora = ctx.bool(f"{MG}.peft.enabled", note="LoRA adapters")
+        if lora:
+            ctx.int(f"{MG}.peft.dim", "lora_rank")
+        elif lora is False:
+            ctx.set("lora_rank", 0, f"{MG}.peft.enabled")
+        return
+    if meg is False and ctx.has(MG):
+        ctx.ignore(MG, "unused: policy.megatron_cfg.enabled is false")
+    ctx.set("train_strategy", "fsdp2" if dt else ("fsdp" if dt is False else None), f"{DT}.enabled")
+    ctx.int(f"{DT}.tensor_parallel_size", "train_tp")
+    ctx.int(f"{DT}.context_parallel_size", "sequence_parallel")
+    ac = ctx.bool(f"{DT}.activation_checkpointing", note="activation checkpointing of every layer")
+    ctx.set("activation_checkpointing", None if ac is None else ("full" if ac else "none"),
+            f"{DT}.activation_checkpointing")
+    off = ctx.bool(f"{DT}.cpu_offload", note="parameters and optimizer state on the CPU between phases")
+    ctx.set("param_offload", off, f"{DT}.cpu_offload")
+    ctx.set("optimizer_offload", off, f"{DT}.cpu_offload")
+    lora = ctx.bool(f"{DT}.lora_cfg.enabled", note="LoRA adapters")
+    if lora:
+        ctx.int(f"{DT}.lora_cfg.dim", "lora_rank")
+    elif lora is False:
+        ctx.set("lora_rank", 0, f"{DT}.lora_cfg.enabled")
+
+
+def _cluster(ctx: Ctx) -> None:
+    gpn = ctx.int("cluster.gpus_per_node", "gpus_per_node")
+    nn = ctx.int("cluster.num_nodes", "nodes")
+    if gpn is not None and nn is not None:
+        ctx.set("gpus", gpn * nn, "cluster.num_nodes")
+    col = ctx.bool(f"{G}.colocated.enabled", note="true: generation shares the training GPUs")
+    res = f"{G}.colocated.resources"
+    if col is None:
+        return
+    if col:
+        ctx.set("placement", "colocated", f"{G}.colocated.enabled")
+        ctx.set("off_policy_steps", 0, f"{G}.colocated.enabled")
+        if ctx.has(res):
+            ctx.ignore(res, "unused: generation is colocated")
+    else:
+        rg: Optional[int] = ctx.int(f"{res}.gpus_per_node", note="GPUs per node that only generate")
+        rn = ctx.int(f"{res}.num_nodes", note="nodes that only generate")
+        if rn is not None:
+            ctx.set("rollout_gpus", rn * (rg or gpn or 0) or None, f"{res}.num_nodes")
+        elif rg is not None:  # a one-node cluster: GPUs of that node
+            ctx.set("rollout_gpus", rg, f"{res}.gpus_per_node")
+    asy = ctx.bool("grpo.async_grpo.enabled", note="generation runs ahead of training")
+    age_key = "grpo.async_grpo.max_trajectory_age_steps"
+    if asy:
+        age = ctx.int(age_key, note="steps a trajectory may lag the policy")
+        ctx.set("off_policy_steps", age, age_key)
+        if not col:
+            ctx.set("placement", "one-step-off", "grpo.async_grpo.enabled")
+        return
+    if ctx.has(age_key):
+        ctx.ignore(age_key, "unused: async GRPO is off")
+    if not col:
+        ctx.set("placement", "split", f"{G}.colocated.enabled")
+        ctx.set("off_policy_steps", 0, f"{G}.colocated.enabled")

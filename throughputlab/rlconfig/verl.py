@@ -1,0 +1,256 @@
+"""veRL: the Hydra config of ``verl.trainer.main_ppo`` (and its one-step-off and fully-async recipes)
+read into a ``RunConfig``.
+
+The config is the resolved one veRL prints at start-up, a ``ppo_trainer.yaml``-style file (its
+Hydra defaults list composed by ``rlconfig.hydra``), the overrides of a launch script, or any of
+these with ``a.b.c=value`` overrides on top. A key the file does not set is veRL's default and is
+left ``None``. veRL counts ``ppo_mini_batch_size`` in prompts (it multiplies by ``rollout.n``) and
+its ``*_per_gpu`` micro-batches in sequences; ``use_dynamic_bsz`` replaces the micro-batch by a
+token budget per GPU, so only one of the two is read.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from throughputlab.errors import UserError
+from throughputlab.rlconfig.common import Ctx
+
+A = "actor_rollout_ref.actor"
+R = "actor_rollout_ref.rollout"
+REF = "actor_rollout_ref.ref"
+M = "actor_rollout_ref.model"
+DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "half": "fp16",
+          "float32": "fp32", "fp32": "fp32", "float": "fp32", "fp8": "fp8"}
+STRATEGIES = ("fsdp", "fsdp2", "megatron")
+
+
+def looks_like(tree: dict) -> bool:
+    if "actor_rollout_ref" in tree:
+        return True
+    trainer = tree.get("trainer")
+    return isinstance(trainer, dict) and "data" in tree and bool({"n_gpus_per_node", "nnodes"} & set(trainer))
+
+
+def read(ctx: Ctx) -> None:
+    _cluster(ctx)
+    _batch(ctx)
+    _rollout(ctx)
+    _actor(ctx)
+    _kl_and_roles(ctx)
+    _asynchronous(ctx)
+    if not ctx.fields.get("prompts_per_step") and not ctx.stated(f"{A}.ppo_mini_batch_size"):
+        raise UserError(f"{ctx.src}: no batch size in it: set data.train_batch_size (prompts per step) or "
+                        f"{A}.ppo_mini_batch_size (prompts per optimizer step)")
+
+
+def _dp(ctx: Ctx, sp_key: str) -> Optional[int]:
+    """Data-parallel ranks of the trainer (its GPUs over the sequence-parallel size at ``sp_key``):
+    veRL divides a global micro-batch by these."""
+    gpus = ctx.fields.get("gpus")
+    if gpus is None:
+        return None
+    sp = ctx.raw(sp_key)
+    sp = sp if isinstance(sp, int) and not isinstance(sp, bool) and sp > 0 else 1
+    return max(1, (gpus - (ctx.fields.get("rollout_gpus") or 0)) // sp)
+
+
+def _cluster(ctx: Ctx) -> None:
+    gpn = ctx.int("trainer.n_gpus_per_node", note="GPUs per node of the trainer")
+    nn = ctx.int("trainer.nnodes", note="nodes of the trainer")
+    rgpn = ctx.int("rollout.n_gpus_per_node", note="GPUs per node that only generate")
+    rnn = ctx.int("rollout.nnodes", note="nodes that only generate")
+    hybrid = ctx.bool("actor_rollout_ref.hybrid_engine",
+                      note="true: generation and training share the GPUs (colocated); false: separate GPUs")
+    split = hybrid is False or rgpn is not None or rnn is not None or ctx.has("async_training")
+    if not split:
+        ctx.set("gpus_per_node", gpn, "trainer.n_gpus_per_node")
+        ctx.set("nodes", nn, "trainer.nnodes")
+        if gpn is not None and nn is not None:
+            ctx.set("gpus", gpn * nn, "trainer.nnodes")
+        if hybrid:
+            ctx.set("placement", "colocated", "actor_rollout_ref.hybrid_engine")
+        return
+    ctx.set("placement", "one-step-off", "actor_rollout_ref.hybrid_engine" if hybrid is False else "rollout.nnodes")
+    if gpn is not None and nn is not None and rgpn is not None and rnn is not None:
+        ctx.set("rollout_gpus", rgpn * rnn, "rollout.nnodes")
+        ctx.set("gpus", gpn * nn + rgpn * rnn, "trainer.nnodes")
+        # The config does not say whether the two pools share nodes: the same GPUs per node on each
+        # side reads as whole nodes to each (fully-async 64:64 on 16 nodes of 8), different counts on
+        # as many nodes as the trainer's as nodes split between them (one-step-off 12:4 on 2 of 8).
+        if gpn == rgpn:
+            ctx.set("nodes", nn + rnn, "trainer.nnodes")
+            ctx.set("gpus_per_node", gpn, "trainer.n_gpus_per_node")
+        elif nn == rnn:
+            ctx.set("nodes", nn, "trainer.nnodes")
+            ctx.set("gpus_per_node", gpn + rgpn, "trainer.n_gpus_per_node")
+
+
+def _batch(ctx: Ctx) -> None:
+    tbs = ctx.int("data.train_batch_size", note="prompts per step", minimum=0)
+    if tbs:
+        ctx.set("prompts_per_step", tbs, "data.train_batch_size")
+    ctx.int("data.max_prompt_length", "prompt_tokens_max")
+    ctx.int("data.max_response_length", "response_tokens_max")
+    for key, field, twin in ((f"{R}.prompt_length", "prompt_tokens_max", "data.max_prompt_length"),
+                             (f"{R}.response_length", "response_tokens_max", "data.max_response_length")):
+        if ctx.raw(key) == ctx.raw(twin):
+            ctx.ignore(key, f"the same as {twin}")
+        else:  # the engine's own cap wins over the data's
+            ctx.int(key, field, note="the engine's cap")
+    ctx.int(f"{R}.n", "responses_per_prompt")
+    ctx.int(f"{A}.ppo_epochs", "epochs")
+    ctx.str("algorithm.adv_estimator", "algorithm")
+    ctx.bool(f"{R}.multi_turn.enable", "multi_turn")
+    if ctx.raw(f"{R}.multi_turn.enable") is False:
+        ctx.ignore(f"{R}.multi_turn", "multi-turn off: its tool settings are unused")
+    if ctx.raw("critic.rollout_n") == ctx.raw(f"{R}.n"):
+        ctx.ignore("critic.rollout_n", f"the same as {R}.n")
+
+
+def _rollout(ctx: Ctx) -> None:
+    ctx.str(f"{R}.name", "rollout_engine")
+    mode = ctx.str(f"{R}.mode", note="async: the engine serves requests as they come", choices=("sync", "async"))
+    ctx.set("rollout_async_engine", None if mode is None else mode == "async", f"{R}.mode")
+    ctx.int(f"{R}.tensor_model_parallel_size", "rollout_tp")
+    ctx.float(f"{R}.gpu_memory_utilization", "gpu_memory_utilization", lo=0.01, hi=1.0)
+    ctx.bool(f"{R}.enforce_eager", "enforce_eager")
+    ctx.int(f"{R}.max_num_seqs", "max_num_seqs")
+    ctx.int(f"{R}.max_num_batched_tokens", "max_num_batched_tokens")
+    dtype = ctx.str(f"{R}.dtype", note="engine weights and activations", choices=DTYPES)
+    ctx.set("rollout_dtype", DTYPES.get(dtype or ""), f"{R}.dtype")
+    _micro(ctx, R, "log_prob", "logprob_micro_batch_sequences_per_gpu", "logprob_token_budget_per_gpu",
+           _dp(ctx, f"{A}.ulysses_sequence_parallel_size"), "old log-prob pass")
+
+
+def _micro(ctx: Ctx, section: str, stem: str, micro_field: str, budget_field: str, dp: Optional[int],
+           what: str) -> None:
+    """A pass's micro-batch or, with dynamic batching, its token budget per GPU (veRL reads one)."""
+    pre = f"{section}.{stem}_" if stem else f"{section}."
+    dyn_key = f"{pre}use_dynamic_bsz"
+    per_gpu = f"{pre}micro_batch_size_per_gpu" if stem else f"{section}.ppo_micro_batch_size_per_gpu"
+    glob = f"{pre}micro_batch_size" if stem else f"{section}.ppo_micro_batch_size"
+    budget = f"{pre}max_token_len_per_gpu" if stem else f"{section}.ppo_max_token_len_per_gpu"
+    dyn = ctx.bool(dyn_key, "dynamic_batch" if micro_field == "micro_batch_sequences_per_gpu" else None,
+                   note=f"{what}: micro-batches filled up to a token budget")
+    if dyn is True:
+        ctx.int(budget, budget_field, note=f"{what}: tokens per GPU per micro-batch")
+        for k in (per_gpu, glob):
+            if ctx.has(k):
+                ctx.ignore(k, f"unused: {dyn_key} is true")
+        return
+    micro = ctx.int(per_gpu, micro_field, note=f"{what}: sequences per GPU per micro-batch")
+    whole = ctx.int(glob, note=f"{what}: micro-batch over all GPUs (older form)")
+    if micro is None and whole is not None and dp:
+        ctx.set(micro_field, max(1, whole // dp), glob)
+    if dyn is False:
+        if ctx.has(budget):
+            ctx.ignore(budget, f"unused: {dyn_key} is false")
+    else:
+        ctx.int(budget, budget_field, note=f"{what}: tokens per GPU per micro-batch (with dynamic batching)")
+
+
+def _actor(ctx: Ctx) -> None:
+    strategy = ctx.str(f"{A}.strategy", "train_strategy", choices=STRATEGIES)
+    mini = ctx.int(f"{A}.ppo_mini_batch_size", note="prompts per optimizer step (x rollout.n sequences)")
+    n = ctx.raw(f"{R}.n")
+    if mini is not None and isinstance(n, int) and not isinstance(n, bool):
+        ctx.set("train_mini_batch_sequences", mini * n, f"{A}.ppo_mini_batch_size")
+    sp = ctx.int(f"{A}.ulysses_sequence_parallel_size", "sequence_parallel")
+    _micro(ctx, A, "", "micro_batch_sequences_per_gpu", "token_budget_per_gpu",
+           _dp(ctx, f"{A}.ulysses_sequence_parallel_size"), "policy update")
+    ctx.str(f"{M}.path", "model")
+    ctx.bool(f"{M}.use_remove_padding", "remove_padding")
+    gc = ctx.bool(f"{M}.enable_gradient_checkpointing", note="activation checkpointing of every layer")
+    ctx.set("activation_checkpointing", None if gc is None else ("full" if gc else "none"),
+            f"{M}.enable_gradient_checkpointing")
+    ctx.int(f"{M}.lora_rank", "lora_rank", minimum=0)
+    megatron = strategy == "megatron" or (strategy is None and ctx.has(f"{A}.megatron"))
+    if megatron:
+        if ctx.has(f"{A}.fsdp_config"):
+            ctx.ignore(f"{A}.fsdp_config", "unused: the actor trains with Megatron")
+        meg = f"{A}.megatron"
+        ctx.int(f"{meg}.tensor_model_parallel_size", "train_tp")
+        ctx.int(f"{meg}.pipeline_model_parallel_size", "train_pp")
+        ctx.int(f"{meg}.expert_model_parallel_size", "train_ep")
+        cp = ctx.int(f"{meg}.context_parallel_size", note="context parallel: GPUs per sequence")
+        if cp is not None and (cp > 1 or sp is None):
+            ctx.set("sequence_parallel", cp, f"{meg}.context_parallel_size")
+        ctx.bool(f"{meg}.param_offload", "param_offload")
+        ctx.bool(f"{meg}.optimizer_offload", "optimizer_offload")
+        gran = ctx.str(f"{meg}.override_transformer_config.recompute_granularity",
+                       note="Megatron activation recomputation", choices=("full", "selective"))
+        ctx.set("activation_checkpointing", gran, f"{meg}.override_transformer_config.recompute_granularity")
+    else:
+        if ctx.has(f"{A}.megatron"):
+            ctx.ignore(f"{A}.megatron", f"unused: the actor trains with {strategy}")
+        ctx.bool(f"{A}.fsdp_config.param_offload", "param_offload")
+        ctx.bool(f"{A}.fsdp_config.optimizer_offload", "optimizer_offload")
+    opt = f"{A}.optim.override_optimizer_config"
+    on_cpu = ctx.bool(f"{opt}.optimizer_cpu_offload", note="Megatron's CPU optimizer step")
+    frac = ctx.float(f"{opt}.optimizer_offload_fraction", note="share of the optimizer step on the CPU", hi=1.0)
+    if on_cpu is not None:
+        ctx.set("optimizer_on_cpu", bool(on_cpu and (frac is None or frac > 0)), f"{opt}.optimizer_cpu_offload")
+
+
+def _kl_and_roles(ctx: Ctx) -> None:
+    adv = ctx.fields.get("algorithm")
+    use_loss = ctx.bool(f"{A}.use_kl_loss", note="KL to the reference model in the loss")
+    in_reward = ctx.bool("algorithm.use_kl_in_reward", note="KL to the reference model in the reward")
+    coef = None
+    if use_loss:
+        coef = ctx.float(f"{A}.kl_loss_coef", "kl")
+    elif ctx.has(f"{A}.kl_loss_coef"):
+        ctx.ignore(f"{A}.kl_loss_coef", "unused: use_kl_loss is " + ("false" if use_loss is False else "not set"))
+    if in_reward:
+        coef = ctx.float("algorithm.kl_ctrl.kl_coef", "kl")
+    elif ctx.has("algorithm.kl_ctrl.kl_coef"):
+        ctx.ignore("algorithm.kl_ctrl.kl_coef", "unused: use_kl_in_reward is "
+                   + ("false" if in_reward is False else "not set"))
+    if use_loss is not None or in_reward is not None:
+        ref = bool(use_loss or in_reward)
+        which = f"{A}.use_kl_loss" if use_loss is not None else "algorithm.use_kl_in_reward"
+        ctx.set("reference", ref, which)
+        ctx.set("kl", coef if ref else 0.0, None if ref else which)
+    if ctx.fields.get("reference") is False:
+        ctx.ignore(REF, "no reference model: neither use_kl_loss nor use_kl_in_reward")
+    else:
+        _micro(ctx, REF, "log_prob", "ref_micro_batch_sequences_per_gpu", "ref_token_budget_per_gpu",
+               _dp(ctx, f"{REF}.ulysses_sequence_parallel_size"), "reference pass")
+    if adv is not None:
+        ctx.set("critic", adv == "gae", "algorithm.adv_estimator")
+    if adv is not None and adv != "gae":
+        ctx.ignore("critic", f"no critic: adv_estimator is {adv}")
+    else:
+        ctx.str("critic.model.path", "critic_model")
+        ctx.str("critic.strategy", note="critic trainer", choices=STRATEGIES)
+        _micro(ctx, "critic", "", "critic_micro_batch_sequences_per_gpu", "critic_token_budget_per_gpu",
+               _dp(ctx, "critic.ulysses_sequence_parallel_size"), "critic update")
+    ctx.bool("reward_model.enable", "reward_model")
+
+
+def _asynchronous(ctx: Ctx) -> None:
+    """The fully-async recipe: a step is one weight sync, ``trigger_parameter_sync_step`` updates of
+    ``require_batches`` mini-batches each."""
+    if not ctx.has("async_training"):
+        if ctx.fields.get("placement") == "one-step-off":
+            ctx.set("off_policy_steps", 1, "actor_rollout_ref.hybrid_engine" if ctx.has(
+                "actor_rollout_ref.hybrid_engine") else "rollout.nnodes")
+        return
+    aa = "async_training"
+    trig = ctx.int(f"{aa}.trigger_parameter_sync_step", note="policy updates per weight sync")
+    req = ctx.int(f"{aa}.require_batches", note="mini-batches per policy update")
+    part = ctx.bool(f"{aa}.partial_rollout", "streaming", note="responses cut at a weight sync resume after it")
+    if part is False:
+        ctx.set("streaming", False, f"{aa}.partial_rollout")
+    own = ctx.bool(f"{aa}.use_rollout_log_probs", note="true: the engine's log-probs replace the old log-prob pass")
+    if own is not None:
+        ctx.set("old_logprob", not own, f"{aa}.use_rollout_log_probs")
+    ctx.ignore(f"{aa}.staleness_threshold", "share of a step's samples that may come from older weights: "
+               "bounds the overlap, not a step count")
+    mini = ctx.raw(f"{A}.ppo_mini_batch_size")
+    if not ctx.fields.get("prompts_per_step") and isinstance(mini, int) and trig is not None:
+        ctx.set("prompts_per_step", mini * (req or 1) * trig)
+        ctx.note(f"{aa}.trigger_parameter_sync_step", trig,
+                 f"prompts_per_step = ppo_mini_batch_size {mini} x require_batches {req or 1}"
+                 f"{'' if req else ' (not set: the recipe default)'} x {trig} updates per weight sync")
