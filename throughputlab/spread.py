@@ -23,15 +23,14 @@ import math
 from statistics import NormalDist
 from typing import Optional, Sequence
 
-from pydantic import BaseModel, ConfigDict
+from throughputlab.records.base import Record
 
 LEVEL = 0.8
 
 
-class Spread(BaseModel):
+class Spread(Record):
     """measured/predicted lies in [lo, hi] with probability ``level``; ``basis`` says from what."""
 
-    model_config = ConfigDict(extra="forbid")
     level: float = LEVEL
     lo: float
     hi: float

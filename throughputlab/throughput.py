@@ -10,17 +10,15 @@ from __future__ import annotations
 
 from typing import Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict
-
 from throughputlab import roofline as rf
 from throughputlab.errors import UserError
 from throughputlab.records.collectives import CollectiveBench, CollectiveFit, Op
 from throughputlab.roofline import Costs, EngineSettings
 from throughputlab.spread import LEVEL, Spread
+from throughputlab.records.base import Record
 
 
-class DecodeParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class DecodeParams(Record):
     t0_s: float
     bw_bytes_per_s: float
     phi_flops_per_s: float
@@ -37,16 +35,14 @@ class DecodeParams(BaseModel):
     bw_mem_bytes_per_s: Optional[float] = None
 
 
-class PrefillParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class PrefillParams(Record):
     t0_s: float
     bw_bytes_per_s: float
     phi_flops_per_s: float
     smooth_p: Optional[float] = None  # only when the decode's parameters stand in (fitted end to end)
 
 
-class TrainParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class TrainParams(Record):
     t0_s: float
     phi_flops_per_s: float
     optimizer_step_s: float = 0.0  # per mini-batch (AdamW update)
@@ -62,11 +58,10 @@ class TrainParams(BaseModel):
     smallest_oom_by_seq_len: dict[int, int] = {}  # several lengths: the smallest OOM micro-batch at each
 
 
-class CommParams(BaseModel):
+class CommParams(Record):
     """Collective rates between the devices of a layout, nccl-tests' bus bandwidth and a latency:
     within an engine (tensor parallel) and across the training devices (FSDP)."""
 
-    model_config = ConfigDict(extra="forbid")
     tp_busbw_bytes_per_s: float
     tp_alpha_s: float
     fsdp_busbw_bytes_per_s: float
@@ -105,10 +100,9 @@ Part = Literal["decode", "prefill", "train"]
 _PART_NAMES = {"decode": "decode", "prefill": "prefill", "train": "training"}
 
 
-class ThroughputModel(BaseModel):
+class ThroughputModel(Record):
     """Everything needed to evaluate step times for one model on one device."""
 
-    model_config = ConfigDict(extra="forbid")
     source: Literal["fit", "analytic", "calibrated"]
     costs: Costs
     decode: Optional[DecodeParams] = None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import field_validator
 
 from throughputlab.decide.cluster import ClusterSpec, Placement, kv_tokens_from_gib, placements
 from throughputlab.decide.curves import CurvesResult, CurvesSpec, Direction, NStarParam, load_curves, parse_nstar
@@ -24,13 +24,10 @@ from throughputlab.decide.steptime import (
 )
 from throughputlab.errors import UserError
 from throughputlab.throughput import ThroughputModel
+from throughputlab.records.base import Record
 
 
-class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class SamplesSpec(_Spec):
+class SamplesSpec(Record):
     """Where samples-to-target comes from: learning curves (with a target) or a parametric N*."""
 
     curves: Optional[CurvesSpec] = None
@@ -39,7 +36,7 @@ class SamplesSpec(_Spec):
     nstar: Optional[str] = None  # flat | flat:N=..,lo=..,hi=.. | mcandlish:N_min=..,B_noise=..
 
 
-class LRSpec(_Spec):
+class LRSpec(Record):
     ref: Optional[float] = None  # learning rate tuned at the reference batch (default: the baseline's)
     ref_prompts: Optional[int] = None  # reference batch in prompts per step (default: the baseline)
     rule: Literal["sqrt", "linear", "none"] = "sqrt"
@@ -52,7 +49,7 @@ class LRSpec(_Spec):
         return v
 
 
-class DecideSpec(_Spec):
+class DecideSpec(Record):
     """Everything `throughputlab decide` needs; the spec file holds it, flags override it."""
 
     profile: Optional[str] = None

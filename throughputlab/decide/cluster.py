@@ -15,21 +15,21 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import model_validator
 
 from throughputlab import roofline as rf
 from throughputlab.errors import UserError
 from throughputlab.throughput import ThroughputModel
+from throughputlab.records.base import Record
 
 COLOCATED_GPU_MEMORY_UTILIZATION = 0.5  # veRL's rollout default: the trainer's state stays on the devices
 SPLIT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default on devices that only generate
 SLEEP_WAKE_S = 5.0  # colocated on GPUs: vLLM's sleep (weights offloaded) and wake-up around each update
 
 
-class ClusterSpec(BaseModel):
+class ClusterSpec(Record):
     """The devices of the run and where each phase runs (flags or the spec's ``cluster``)."""
 
-    model_config = ConfigDict(extra="forbid")
     gpus: Optional[int] = None  # devices in all; default: the profile's layout (1 for a measured profile)
     nodes: int = 1
     placement: Literal["colocated", "split", "search"] = "colocated"
@@ -46,8 +46,7 @@ class ClusterSpec(BaseModel):
         return self
 
 
-class Placement(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class Placement(Record):
     kind: Literal["colocated", "split"]
     gpus: int
     gen_gpus: int

@@ -21,18 +21,17 @@ from pathlib import Path
 from typing import Literal, Optional
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
 from throughputlab.decide.lengths import parse_kv
 from throughputlab.errors import UserError
+from throughputlab.records.base import Record
 
 Direction = Literal["max", "min"]
 
 
-class CurveColumns(BaseModel):
+class CurveColumns(Record):
     """Column names in the curves CSV; ``samples`` wins over ``step`` (then samples = step x batch)."""
 
-    model_config = ConfigDict(extra="forbid")
     run: str = "run"
     batch: str = "batch_size"
     lr: Optional[str] = "lr"
@@ -41,8 +40,7 @@ class CurveColumns(BaseModel):
     metric: str = "metric"
 
 
-class CurvesSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class CurvesSpec(Record):
     path: str
     columns: CurveColumns = CurveColumns()
     smoothing: float = 0.6  # EMA weight on the past per logged step of the smallest batch, 0 = none (as in TensorBoard)
@@ -50,8 +48,7 @@ class CurvesSpec(BaseModel):
     invariance_tol: float = 0.05  # curves within this share of the metric's range count as invariant
 
 
-class RunCurve(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class RunCurve(Record):
     run: str
     batch: float
     lr: Optional[float]
@@ -62,10 +59,9 @@ class RunCurve(BaseModel):
     best_metric: float
 
 
-class ConfigResult(BaseModel):
+class ConfigResult(Record):
     """One (batch size, learning rate) configuration: its seeds aggregated."""
 
-    model_config = ConfigDict(extra="forbid")
     batch: float
     lr: Optional[float]
     runs: list[str]
@@ -89,8 +85,7 @@ class ConfigResult(BaseModel):
         return "not reached" if self.reached == 0 else f"not reached by most seeds ({self.reached}/{len(self.runs)})"
 
 
-class CurvesResult(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class CurvesResult(Record):
     source: str
     target: float
     direction: Direction
@@ -278,10 +273,9 @@ def _invariance(res: CurvesResult, tol: float, baseline_batch: Optional[float]) 
 # ---------------------------------------------------------------- parametric N*
 
 
-class NStarParam(BaseModel):
+class NStarParam(Record):
     """``flat`` (optionally ``N``, ``lo``, ``hi``) or ``mcandlish`` (``N_min``, ``B_noise``); batch in samples."""
 
-    model_config = ConfigDict(extra="forbid")
     kind: Literal["flat", "mcandlish"]
     n: Optional[float] = None  # flat: samples to target, when known (else only ratios are known)
     lo: Optional[float] = None

@@ -6,18 +6,16 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict
-
 from throughputlab.decide.curves import CurvesResult
 from throughputlab.decide.steptime import StepTime
+from throughputlab.records.base import Record
 
 SampleUnit = Literal["responses", "prompts"]
 
 
-class Row(BaseModel):
+class Row(Record):
     """One candidate configuration (batch size, and the learning rate its curve used)."""
 
-    model_config = ConfigDict(extra="forbid")
     label: str
     prompts: int
     group: int
@@ -42,8 +40,7 @@ class Row(BaseModel):
     invariant: Optional[bool] = None  # its curve matches the baseline's at equal samples
 
 
-class Recommendation(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class Recommendation(Record):
     label: str
     prompts: int
     lr: Optional[float]
@@ -53,8 +50,7 @@ class Recommendation(BaseModel):
     what_would_change: list[str]
 
 
-class Decision(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class Decision(Record):
     rows: list[Row]
     baseline: str
     sample_unit: SampleUnit

@@ -9,17 +9,16 @@ from pathlib import Path
 from typing import Literal, Optional
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
 from throughputlab.errors import UserError
+from throughputlab.records.base import Record
 
 
 
 
-class LengthDist(BaseModel):
+class LengthDist(Record):
     """Response lengths in tokens: observed values (resampled) or a parametric form, cut at ``max_tokens``."""
 
-    model_config = ConfigDict(extra="forbid")
     kind: Literal["observed", "lognormal", "uniform", "fixed"]
     mean: Optional[float] = None  # lognormal: mean length in tokens (before the cut)
     sigma: Optional[float] = None  # lognormal: standard deviation of log(length)

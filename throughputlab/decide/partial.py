@@ -23,19 +23,18 @@ from collections import deque
 from typing import Callable, Optional
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
 from throughputlab.decide.rollout import EngineCaps, RolloutResult, price_steps
 from throughputlab.decide.schedule import _KVLoop, _steps
 from throughputlab.throughput import ThroughputModel
+from throughputlab.records.base import Record
 
 ROLLOUTS = 4  # consecutive rollouts simulated; the carried-over work settles within two or three
 
 
-class PartialRollout(BaseModel):
+class PartialRollout(Record):
     """A step's generation with partial rollouts against the same engines without them."""
 
-    model_config = ConfigDict(extra="forbid")
     over_provision: float  # extra prompts in flight, as a share of the batch
     rollouts_simulated: int
     gen_s: float  # the slowest engine's rollout, in steady state

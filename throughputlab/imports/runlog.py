@@ -31,11 +31,10 @@ import json
 from pathlib import Path
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict
-
 from throughputlab.errors import UserError
 from throughputlab.imports.common import number, read_json, read_text
 from throughputlab.records.profile import percentiles
+from throughputlab.records.base import Record
 
 PHASES = ("gen", "logprob", "ref", "values", "update_critic", "update_actor", "sync", "step")
 EXTRAS = ("response_length", "response_length_max", "response_length_min", "clip_ratio", "tokens", "tokens_per_s",
@@ -59,11 +58,7 @@ TRL_KEYS = {
 }
 
 
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class StepRecord(_Record):
+class StepRecord(Record):
     """One logged step: its phase times and what else the log says about it (None: not logged)."""
 
     step: int
@@ -77,7 +72,7 @@ class StepRecord(_Record):
     max_memory_allocated_gb: Optional[float] = None  # as the log reports it
 
 
-class Spread(_Record):
+class Spread(Record):
     """Median over steps with its p10/p90 spread; n: the steps that logged the quantity."""
 
     n: int
@@ -89,7 +84,7 @@ class Spread(_Record):
     max: float
 
 
-class RunLog(_Record):
+class RunLog(Record):
     path: str
     format: Format
     keys: dict[str, str]  # phase or quantity -> the column or log key it was read from

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from pydantic import BaseModel, ConfigDict
-
 from throughputlab.errors import UserError
+from throughputlab.records.base import Record
 
 DTYPE_BYTES = {"float32": 4, "fp32": 4, "float16": 2, "fp16": 2, "bfloat16": 2, "bf16": 2, "fp8": 1, "int8": 1}
 
@@ -27,8 +26,7 @@ def dtype_bytes(dtype: str) -> int:
         raise UserError(f"unknown dtype {dtype!r}: use one of float32, bfloat16, float16") from None
 
 
-class MoESpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class MoESpec(Record):
     num_experts: int
     top_k: int
     moe_layers: int
@@ -59,10 +57,8 @@ def parse_rope_scaling(text: str, max_position_embeddings: Optional[int] = None)
     return rs
 
 
-class ModelSpec(BaseModel):
+class ModelSpec(Record):
     """Architecture numbers and the derived per-token costs (parameter counts, not bytes)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     name: str
     source: str  # "preset", "folder" or "hub"

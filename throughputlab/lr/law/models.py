@@ -8,15 +8,12 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict
+from throughputlab.records.base import Record
 
 SCHEMA_VERSION = 1
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
-
-class Optimum(_Model):
+class Optimum(Record):
     """Optimal (effective) learning rate of one (N, D) group."""
 
     params: float
@@ -32,7 +29,7 @@ class Optimum(_Model):
     note: str = ""
 
 
-class Coef(_Model):
+class Coef(Record):
     name: str
     value: float
     se: Optional[float]
@@ -41,7 +38,7 @@ class Coef(_Model):
     p_value: Optional[float]  # for the hypothesis value == 0
 
 
-class LawFit(_Model):
+class LawFit(Record):
     """log lr* = c0 + alpha log N + beta log D (alpha or beta None when N or D takes one value)."""
 
     coefs: list[Coef]
@@ -54,7 +51,7 @@ class LawFit(_Model):
         return next((c for c in self.coefs if c.name == name), None)
 
 
-class Holdout(_Model):
+class Holdout(Record):
     """The largest value of one axis held out and predicted by the law fitted on the rest."""
 
     axis: Literal["N", "D"]
@@ -67,7 +64,7 @@ class Holdout(_Model):
     mean_signed_log_error: float  # measured - predicted; > 0: the law undershoots lr*
 
 
-class Curvature(_Model):
+class Curvature(Record):
     testable: bool
     coefs: list[Coef]  # gamma_N, gamma_D on centered logs
     f_stat: Optional[float]
@@ -77,7 +74,7 @@ class Curvature(_Model):
     note: str = ""
 
 
-class LawAnalysis(_Model):
+class LawAnalysis(Record):
     quantity: Literal["lr", "effective_lr"]
     optima: list[Optimum]
     law: Optional[LawFit]
@@ -86,7 +83,7 @@ class LawAnalysis(_Model):
     preferred_extrapolation: Optional[Literal["N", "D"]]
 
 
-class LRFitReport(_Model):
+class LRFitReport(Record):
     schema_version: int = SCHEMA_VERSION
     source: str
     n_runs: int
