@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
@@ -19,6 +19,7 @@ from throughputlab.fit import identify
 from throughputlab.fit.forms import SPLIT_CONTEXT_RATIO, attention_note, choose_form
 from throughputlab.records.fit import PHI_FLOOR_NOTE, GenerationFit, Peaks, PointError, PrefillFit
 from throughputlab.fit.solver import LSQ, bootstrap, can_bootstrap, estimates, leave_one_out, rms, solve
+from throughputlab.fit.observations import GenObs, gen_obs, resampled
 from throughputlab.records.profile import GenPoint
 from throughputlab.roofline import Costs
 from throughputlab.throughput import DecodeParams, PrefillParams
@@ -26,53 +27,6 @@ from throughputlab.throughput import DecodeParams, PrefillParams
 MICROBENCH_HEADROOM = 10.0  # caches and read-only traffic can beat a copy benchmark, but not tenfold
 
 Decode = tuple  # (t0, bw, phi, p or None, t_seq, bw_attn or None, bw_mem or None)
-
-
-@dataclass
-class GenObs:
-    """One generation point reduced to what the fit uses (medians over its raw samples)."""
-
-    c: int
-    p: int
-    o: int
-    tokens_per_s: float
-    total_s: float  # one batch of c requests, as the tokens/s implies
-    decode_step_s: Optional[float]
-    prefill_s: Optional[float]
-    overhead_s: Optional[float]  # total - prefill - decode, when the backend splits them
-    point: Optional[GenPoint] = field(default=None, repr=False)
-    probe_step_s: Optional[float] = None  # the overhead probe's mean decode step (hf backend)
-
-    @property
-    def s(self) -> float:
-        return rf.mean_context(self.p, self.o)
-
-
-def _mean_step_s(p: GenPoint) -> Optional[float]:
-    """Median over repeats of each repeat's mean decode step: what its tokens/s is made of (a
-    stalled step counts as in the wall time), yet one bad repeat does not move it."""
-    per = [s.decode_s / max(p.output_len - 1, 1) for s in p.samples if s.decode_s]
-    return statistics.median(per) if per else p.decode_step_s
-
-
-def _probe_step_s(p: GenPoint) -> Optional[float]:
-    per = [statistics.fmean(s.probe_decode_step_s) for s in p.samples if s.probe_decode_step_s]
-    return statistics.median(per) if per and len(per) == len(p.samples) else None
-
-
-def gen_obs(p: GenPoint) -> GenObs:
-    tps = p.tokens_per_s
-    split = [s.total_s - s.prefill_s - s.decode_s for s in p.samples
-             if s.prefill_s is not None and s.decode_s is not None]
-    return GenObs(c=p.concurrency, p=p.prompt_len, o=p.output_len, tokens_per_s=tps,
-                  total_s=p.concurrency * p.output_len / tps, decode_step_s=_mean_step_s(p),
-                  prefill_s=p.prefill_s, overhead_s=statistics.median(split) if split else None, point=p,
-                  probe_step_s=_probe_step_s(p))
-
-
-def _resampled(p: GenPoint, rng: np.random.Generator) -> GenObs:
-    idx = rng.integers(0, len(p.samples), len(p.samples))
-    return gen_obs(p.model_copy(update={"samples": [p.samples[i] for i in idx]}))
 
 
 def ceilings(peaks: Peaks, devices: int = 1) -> tuple[Optional[float], Optional[float]]:
@@ -295,12 +249,14 @@ def _prefill_loo(costs: Costs, obs: list[GenObs], bw: float, phi_hi) -> dict[int
 
 
 def fit_generation(points: list[GenPoint], costs: Costs, peaks: Peaks, warnings: list[str], bootstrap_n: int,
-                   rng: np.random.Generator, probe_costs: Optional[Costs] = None, engine_devices: int = 1):
+                   rng: np.random.Generator, probe_costs: Optional[Costs] = None, engine_devices: int = 1,
+                   admitted=None):
     """(GenerationFit, DecodeParams, PrefillFit or None, PrefillParams or None, overhead seconds).
+    ``admitted(c, p, o)``: the requests the engine ran at once (fit.admission), where it held some back.
 
     An engine of several devices (tensor parallel) is fitted as one: its BW and PHI are the
     engine's, searched up to one device's peak times the device count; the all-reduces are in t0."""
-    obs = [gen_obs(p) for p in points]
+    obs = [gen_obs(p, admitted) for p in points]
     has_steps = all(o.decode_step_s for o in obs)
     if probe_costs is not None and not (has_steps and all(o.probe_step_s for o in obs)):
         if any(o.probe_step_s for o in obs):
@@ -346,7 +302,7 @@ def fit_generation(points: list[GenPoint], costs: Costs, peaks: Peaks, warnings:
 
     boot = pboot = None
     if bootstrap_n > 0 and can_bootstrap("generation", [len(o.point.samples) for o in obs], warnings):
-        draws = bootstrap(bootstrap_n, lambda: [_resampled(o.point, rng) for o in obs],
+        draws = bootstrap(bootstrap_n, lambda: [resampled(o.point, rng, admitted) for o in obs],
                           lambda bobs: _gen_fit_all(spec, bobs, phi_hi, starts=[g.sol.x]))
         boot = np.array([np.exp(d.sol.x) for d in draws]) if draws else None
         pdraws = [np.exp(d.psol.x) for d in draws if d.psol is not None]
@@ -373,7 +329,7 @@ def fit_generation(points: list[GenPoint], costs: Costs, peaks: Peaks, warnings:
     pts = []
     for o, e in zip(obs, loo):
         pts.append(PointError(
-            x=o.c, context_len=o.s, measured_tokens_per_s=o.tokens_per_s,
+            x=o.requested, context_len=o.s, measured_tokens_per_s=o.tokens_per_s,
             fitted_tokens_per_s=_predict_gen_tps(costs, g.dec, g.pre, g.overhead, o),
             loo_tokens_per_s=None if e is None else o.tokens_per_s * (1 + e), loo_rel_error=e,
             measured_s=o.decode_step_s, fitted_s=rf.decode_step_s(o.c, o.s, costs, t0, bw, phi, p, ts, ba, bm)))

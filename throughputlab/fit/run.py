@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import math
 import statistics
+from typing import Optional
 
 import numpy as np
 
 from throughputlab.errors import UserError
+from throughputlab import roofline as rf
+from throughputlab.fit.admission import admission_of
 from throughputlab.fit.generation import ceilings, fit_generation
 from throughputlab.fit.identify import bw_range
 from throughputlab.fit.knees import (
@@ -46,9 +49,11 @@ def fit_profile(profile: Profile, *, bootstrap: int = 0, seed: int = DEFAULT_SEE
     rng = np.random.default_rng(seed)
     gen = pre = dec_params = pre_params = None
     overhead = 0.0
+    adm = admission_of(profile, gen_pts) if gen_pts else None
     if gen_pts:
         gen, dec_params, pre, pre_params, overhead = fit_generation(gen_pts, costs, peaks, warnings, bootstrap, rng,
-                                                                    probe_costs_of(profile), engine_devices(profile))
+                                                                    probe_costs_of(profile), engine_devices(profile),
+                                                                    adm.admitted if adm else None)
     tr = tr_params = None
     if train_pts:
         tr, tr_params = fit_training(profile, train_pts, costs, peaks, warnings, bootstrap, rng, ceilings(peaks)[1])
@@ -62,6 +67,9 @@ def fit_profile(profile: Profile, *, bootstrap: int = 0, seed: int = DEFAULT_SEE
     )
     if gen is not None:
         model.gen_spread = _spread(gen.points, gen_pts, "generation")
+        if adm is not None and adm.from_curve:  # the cap the curve shows stands for the engine's
+            model.max_num_seqs = adm.limit
+        gen.ceiling, gen.admission_limit, gen.admission_note = _ceiling(model, gen_pts, adm)
     if tr is not None:
         model.train_spread = _spread(tr.points, train_pts, "training")
     if gen is not None:
@@ -79,6 +87,15 @@ def fit_profile(profile: Profile, *, bootstrap: int = 0, seed: int = DEFAULT_SEE
         method="fit", created_at=now_iso(), model=model, peaks=peaks, generation=gen, prefill=pre, training=tr,
         utilisation=utilisation(profile, costs, peaks), warnings=warnings, bootstrap_samples=bootstrap,
     )
+
+
+def _ceiling(model: ThroughputModel, points, adm) -> tuple[str, Optional[int], Optional[str]]:
+    """What bounds the sweep's widest point: the admission limit, else the roofline term that dominates."""
+    top = max(points, key=lambda p: p.concurrency)
+    if adm is not None:
+        return f"admission: {adm.bound}", adm.limit, adm.note
+    mem, comp = model.decode_terms_s(top.concurrency, rf.mean_context(top.prompt_len, top.output_len))
+    return ("memory bandwidth" if mem >= comp else "compute"), None, None
 
 
 def _spread(errors, points, what: str):

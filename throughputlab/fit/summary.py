@@ -49,6 +49,9 @@ def summary_lines(result: FitResult) -> list[str]:
         if g.attention_note:
             lines.append(f"  attention terms: {g.attention_note}")
         lines.append(f"  {g.knee_note}")
+        if g.ceiling:
+            lines.append(f"  ceiling of the measured sweep: {g.ceiling}" + (f"; {g.admission_note}" if g.admission_note
+                                                                            else ""))
         if g.generation_knee_note:
             lines.append(f"  {g.generation_knee_note}")
         if g.loo_max_abs_error is not None:

@@ -95,6 +95,11 @@ class GenerationFit(Record):
     # the overhead probe (same network, matrix widths shrunk), fitted jointly when the profile has it
     probe_points: list[PointError] = []
     probe_weight_bytes: Optional[float] = None
+    # the engine held requests back past this many at once (fit.admission): recorded, or identified from the curve
+    admission_limit: Optional[int] = None
+    admission_note: Optional[str] = None
+    # what sets the ceiling of the measured sweep: "memory bandwidth", "compute" or "admission: <bound>"
+    ceiling: Optional[str] = None
 
 
 class PrefillFit(Record):
