@@ -188,3 +188,16 @@ def test_cli_style_one_line_through_the_user_error_path(tmp_path):
     with pytest.raises(UserError) as e:
         read_run_config(p, source="--config run.yaml")
     assert str(e.value).startswith("--config run.yaml: actor_rollout_ref.rollout.n:")
+
+
+def test_a_key_no_rule_knows_is_an_error_with_the_way_to_drop_it(tmp_path):
+    import pytest as _pytest
+
+    from throughputlab.errors import UserError
+    from throughputlab.rlconfig import read_run_config
+
+    recipe = Path(__file__).parent / "data" / "rlconfig" / "nemo" / "recipes" / "llm" / "grpo-qwen2.5-7b-2n8g-dtensor.yaml"
+    with _pytest.raises(UserError) as e:
+        read_run_config(recipe, ["grpo.entirely_new_knob=3"])
+    msg = str(e.value)
+    assert len(msg.splitlines()) == 1 and "'grpo.entirely_new_knob'" in msg and "--config-set '~grpo.entirely_new_knob'" in msg

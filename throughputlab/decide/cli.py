@@ -44,13 +44,20 @@ def _set(d: dict, path: str, value: Any) -> None:
     d[last] = value
 
 
-def build_spec(spec_file: Optional[Path], **flags: Any):
-    """The DecideSpec from the spec file with the flags laid over it."""
+def _merged(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merged(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def build_spec(spec_file: Optional[Path], base: Optional[dict] = None, **flags: Any):
+    """The DecideSpec: ``base`` (a run's --config), the spec file over it, the flags over both."""
     from pydantic import ValidationError
 
     from throughputlab.decide.calculator import DecideSpec
 
-    data = _read_spec(spec_file) if spec_file else {}
+    data = _merged(base or {}, _read_spec(spec_file) if spec_file else {})
     f = flags
     if f.get("response_lengths") and f.get("response_dist"):
         raise UserError("give one of --response-lengths FILE and --response-dist, not both")
@@ -106,6 +113,14 @@ def build_spec(spec_file: Optional[Path], **flags: Any):
 @click.command(context_settings={"show_default": True})
 @click.option("--spec", "spec_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="RL shape and decision settings (YAML or JSON); the flags below override it.")
+@click.option("--config", "config_file", default=None, metavar="FILE",
+              help="The RL run's own launch config: veRL's YAML (or the log that prints it), a NeMo-RL recipe, an "
+                   "OpenRLHF command line, a TRL GRPOConfig. Its knobs become the settings below; the spec file and "
+                   "the flags override them.")
+@click.option("--config-set", "config_sets", multiple=True, metavar="KEY=VALUE",
+              help="An override of the config, as the framework's command line takes it (repeatable).")
+@click.option("--framework", type=click.Choice(["verl", "nemo-rl", "openrlhf", "trl"]), default=None,
+              help="The config's framework. [default: from its content]")
 @click.option("--profile", "-p", default=None, help="Profile JSON, measured (`bench`) or predicted (`predict`).")
 @click.option("--prompts", default=None, help="Candidate prompts per step, e.g. 128,256,512,1024.")
 @click.option("--group", type=int, default=None, help="Responses per prompt (group size). [spec default: 8]")
@@ -166,7 +181,8 @@ def build_spec(spec_file: Optional[Path], **flags: Any):
                    "generation ends when the batch is done, unfinished responses resume next step. [default: 0]")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write the decision as JSON.")
 @click.option("--html", "html_out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write an HTML report.")
-def decide(spec_file: Optional[Path], json_out: Optional[Path], html_out: Optional[Path], **flags) -> None:
+def decide(spec_file: Optional[Path], json_out: Optional[Path], html_out: Optional[Path], config_file: Optional[str],
+           config_sets: tuple[str, ...], framework: Optional[str], **flags) -> None:
     """Which RL batch size reaches the target reward soonest: T(B) = N*(B) / q(B).
 
     \b
@@ -183,7 +199,15 @@ def decide(spec_file: Optional[Path], json_out: Optional[Path], html_out: Option
     from throughputlab.decide.against import LOG_FLAGS, LogChecks
 
     logs = {k: flags.pop(k) for k in LOG_FLAGS}
-    spec = build_spec(spec_file, **flags)
+    base = None
+    if config_file:
+        from throughputlab.decide import runconfig
+
+        base, lines = runconfig.read(config_file, config_sets, framework)
+        click.echo("\n".join(lines) + "\n")
+    elif config_sets or framework:
+        raise UserError("--config-set and --framework go with --config FILE (the run's launch config)")
+    spec = build_spec(spec_file, base, **flags)
     checks = LogChecks(spec, **logs) if any(logs.values()) else None
     if checks is not None:
         spec = checks.spec

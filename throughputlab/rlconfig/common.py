@@ -22,7 +22,6 @@ from throughputlab.rlconfig.model import FRAMEWORK_NAMES, Knob
 
 Rules = list[tuple[tuple[str, ...], str]]
 _MISSING = object()
-UNKNOWN_NOTE = "not a {fw} setting this reader knows (a newer {fw} version's?): not read"
 
 
 def join(path: str, key: str) -> str:
@@ -282,7 +281,17 @@ class Ctx:
                 self._walk(join(path, str(k)), v)
             return
         self._typo(path)
-        self.ignored.append(Knob(key=path, value=value, note=UNKNOWN_NOTE.format(fw=self.fw)))
+        self._unknown(path)
+
+    def _unknown(self, path: str) -> None:
+        """A key no rule of the framework covers: an error naming it, the closest known key, and how to
+        drop it where a newer version of the framework has it."""
+        parent = parent_of(path) if "." in path else ""
+        siblings = sorted({k.rsplit(".", 1)[-1] for k in self._paths if parent_of(k) == parent})
+        near = difflib.get_close_matches(path.rsplit(".", 1)[-1], siblings, n=1, cutoff=0.6)
+        hint = f" (did you mean {join(parent, near[0])!r}?)" if near else ""
+        raise UserError(f"{self.src}: unknown {self.fw} key {path!r}{hint}: fix it, or where your {self.fw} version "
+                        f"has it, drop it with --config-set '~{path}'")
 
     def _scan(self, path: str, value: Any) -> None:
         if isinstance(value, dict) and value:

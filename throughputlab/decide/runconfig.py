@@ -1,0 +1,128 @@
+"""`decide --config`: an RL run's own launch config (throughputlab.rlconfig) as decide's settings.
+
+Every knob the step-time model takes becomes the setting it is (prompts per step, group, lengths,
+mini- and micro-batches, epochs, critic, reference, checkpointing, the engines' TP, memory share,
+caps and eager mode, GPUs, nodes, placement); what the model cannot express is named in
+``not_modelled`` with what is predicted instead, never silently. The spec file and the flags are
+laid over the result, so a flag still overrides the config.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from throughputlab.rlconfig import RunConfig
+
+CANDIDATE_FACTORS = (1, 2, 4)  # the run's batch and two larger ones, unless --prompts says otherwise
+RESPONSE_SIGMA = 0.6
+
+
+def decide_data(rc: RunConfig) -> tuple[dict[str, Any], list[str], list[str]]:
+    """(decide spec data, lines saying what each knob became, lines naming what is not modelled)."""
+    data: dict[str, Any] = {}
+    used: list[str] = []
+
+    def put(path: str, value: Any, what: str) -> None:
+        if value is None:
+            return
+        d = data
+        *parents, last = path.split(".")
+        for p in parents:
+            d = d.setdefault(p, {})
+        d[last] = value
+        used.append(f"{path} = {value}: {what}")
+
+    p = rc.prompts_per_step
+    if p:
+        put("prompts", [p * k for k in CANDIDATE_FACTORS], "the run's prompts per step and 2x, 4x (give --prompts "
+            "for others)")
+        put("baseline", p, "the run's prompts per step")
+    put("group", rc.responses_per_prompt, "responses per prompt")
+    put("shape.prompt_len", rc.prompt_tokens_max, "the prompt cap (real prompts are often shorter: --prompt-len)")
+    cap = rc.response_tokens_max
+    if cap:
+        put("shape.response.dist", f"lognormal:mean={max(cap // 2, 1)},sigma={RESPONSE_SIGMA},max={cap}",
+            "the response cap; the config holds no lengths, so a mean of half the cap is assumed (--response-dist "
+            "with the run's mean and clip ratio, or --against its log)")
+    put("shape.algo", "ppo" if rc.critic else "grpo" if rc.critic is not None else None, "a critic or not")
+    put("shape.train.epochs", rc.epochs, "epochs over each batch")
+    put("shape.train.mini_batch_samples", rc.train_mini_batch_sequences, "sequences per optimizer step")
+    if not rc.dynamic_batch:
+        put("shape.train.micro_batch", rc.micro_batch_sequences_per_gpu, "sequences per micro-batch per GPU")
+        put("shape.train.logprob_micro_batch", rc.logprob_micro_batch_sequences_per_gpu,
+            "sequences per log-prob micro-batch per GPU")
+    put("shape.train.old_logprob", rc.old_logprob, "the old policy's log-prob pass")
+    put("shape.train.ref_logprob", rc.reference, "the reference model's pass")
+    if rc.activation_checkpointing is not None:
+        put("shape.train.activation_checkpointing", rc.activation_checkpointing != "none",
+            f"activation checkpointing {rc.activation_checkpointing}")
+    put("shape.engine.max_num_seqs", rc.max_num_seqs, "the engines' sequence cap")
+    put("shape.engine.max_num_batched_tokens", rc.max_num_batched_tokens, "the engines' token budget per step")
+    put("shape.engine.enforce_eager", rc.enforce_eager, "engines without CUDA graphs")
+    put("cluster.gpus", rc.gpus, "GPUs in all")
+    put("cluster.nodes", rc.nodes, "nodes")
+    put("cluster.engine_tp", rc.rollout_tp, "GPUs per generation engine")
+    put("cluster.gpu_memory_utilization", rc.gpu_memory_utilization, "the engines' memory share")
+    if rc.placement == "colocated":
+        put("cluster.placement", "colocated", "generation and training take turns on every GPU")
+    elif rc.placement in ("one-step-off", "split"):
+        put("cluster.placement", "split", "generation on its own GPUs")
+        put("cluster.gen_gpus", rc.rollout_gpus, "GPUs that generate")
+        if rc.placement == "split":
+            put("shape.overlap", "separate", "training waits for generation (no step off-policy)")
+    return data, used, _not_modelled(rc)
+
+
+def _not_modelled(rc: RunConfig) -> list[str]:
+    """Knobs that change the step but that the model cannot express, with what is predicted instead."""
+    out = []
+    if rc.remove_padding is False:
+        out.append("remove_padding off: the framework pads every sequence to prompt + maximum response; predicted "
+                   "as packed sequences, so training is optimistic")
+    if rc.dynamic_batch:
+        budget = f" of {rc.token_budget_per_gpu} tokens" if rc.token_budget_per_gpu else ""
+        out.append(f"token-budget micro-batches{budget} per GPU: predicted as the largest micro-batch that fits the "
+                   "longest sequence")
+    if (rc.sequence_parallel or 1) > 1:
+        out.append(f"sequence parallelism of {rc.sequence_parallel}: not modelled (training as FSDP alone)")
+    if rc.param_offload or rc.optimizer_offload or rc.optimizer_on_cpu:
+        out.append("parameter or optimizer offload: the reloads over the host link are not modelled")
+    if any(x and x > 1 for x in (rc.train_tp, rc.train_pp, rc.train_ep)):
+        out.append(f"Megatron layout TP {rc.train_tp or 1}, PP {rc.train_pp or 1}, EP {rc.train_ep or 1}: "
+                   "predicted as FSDP over the same GPUs (an approximation)")
+    if rc.lora_rank:
+        out.append(f"LoRA rank {rc.lora_rank}: predicted as full fine-tuning")
+    if rc.multi_turn:
+        out.append("multi-turn rollouts (tool calls between turns): predicted as one turn")
+    if rc.reward_model:
+        out.append("a reward model's forward pass: not modelled")
+    if rc.off_policy_steps and rc.off_policy_steps > 1:
+        out.append(f"{rc.off_policy_steps} steps off-policy: predicted as one step off")
+    if rc.streaming:
+        out.append("streaming (fully asynchronous) rollouts: predicted as one step off-policy")
+    return out
+
+
+def describe(rc: RunConfig, used: list[str], missing: list[str]) -> list[str]:
+    """What `decide` prints about the config: the knobs it read, those it ignored and why, and the
+    ones it cannot model."""
+    version = f" {rc.framework_version}" if rc.framework_version else ""
+    lines = [f"config: {rc.source} ({rc.framework}{version}): {len(rc.read)} knobs read, {len(rc.ignored)} ignored"]
+    lines += [f"  read: {k}" for k in used]
+    lines += [f"  not modelled: {m}" for m in missing]
+    by_reason: dict[str, list[str]] = {}
+    for k in rc.ignored:
+        by_reason.setdefault(k.note, []).append(k.key)
+    for note, keys in by_reason.items():
+        shown = ", ".join(keys[:6]) + (f" and {len(keys) - 6} more" if len(keys) > 6 else "")
+        lines.append(f"  ignored ({note}): {shown}")
+    return lines
+
+
+def read(path: str, overrides: tuple[str, ...] = (), framework: Optional[str] = None) -> tuple[dict, list[str]]:
+    """The spec data of ``--config`` and the lines to print."""
+    from throughputlab.rlconfig import read_run_config
+
+    rc = read_run_config(path, overrides, framework=framework, source=f"--config {path}")
+    data, used, missing = decide_data(rc)
+    return data, describe(rc, used, missing)
