@@ -16,9 +16,9 @@ import argparse
 import json
 import os
 import statistics
-from pathlib import Path
 import subprocess
 import sys
+from pathlib import Path
 
 WORKER = r"""
 import json, resource, statistics, sys
@@ -91,7 +91,7 @@ def main() -> int:
 
     for lib in libs:
         ratios = []
-        for i, g in enumerate(results["glibc"][0]):
+        for i in range(len(results["glibc"][0])):
             ratios.append(statistics.median(step(o[i]) / step(b[i]) for o, b in zip(results[lib], results["glibc"])))
         print(f"step time under {Path(lib).name} / glibc, by micro-batch: "
               + ", ".join(f"{g['b']}: {r:.2f}" for g, r in zip(results["glibc"][0], ratios)))
@@ -99,8 +99,9 @@ def main() -> int:
 
 
 def find_library_system():
-    from throughputlab.allocator import CANDIDATES
     import ctypes.util
+
+    from throughputlab.allocator import CANDIDATES
 
     return next((lib for lib in map(ctypes.util.find_library, CANDIDATES) if lib), None)
 

@@ -27,7 +27,7 @@ import json
 import math
 import sys
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -40,10 +40,10 @@ from throughputlab import __version__
 from throughputlab import roofline as rf
 from throughputlab.errors import UserError
 from throughputlab.fit.schema import load_fit
-from throughputlab.records.peaks import lookup
 from throughputlab.models import preset_names, resolve_model
 from throughputlab.models.spec import ModelSpec, spec_from_config
 from throughputlab.predict import Layout, predict_analytic
+from throughputlab.records.peaks import lookup
 from throughputlab.spread import Spread, conformal_band, device_family, kind_keys, matches, published_spread
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -195,7 +195,7 @@ def load_cases(data_dir: Path = DATA_DIR, file_glob: Optional[str] = None) -> li
     return [c for f in files for c in load_file(f)]
 
 
-@lru_cache(maxsize=None)
+@cache
 def resolve_spec(name: str, models_dir: Path = DATA_DIR / "models") -> ModelSpec:
     """A preset, as `predict -m NAME` resolves it, else the config.json copy under models/NAME.json
     read by the library's own config parser."""

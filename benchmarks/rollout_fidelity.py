@@ -88,9 +88,9 @@ def run_engine(args, batches: list[int], concs: list[int], lengths_for, measure_
 
 def build_profile(args, resolved, engine, samples, concs):
     from throughputlab.hardware.probe import probe
+    from throughputlab.machine import environment
     from throughputlab.records.profile import GenPoint, Profile
     from throughputlab.records.settings import SweepSettings
-    from throughputlab.machine import environment
 
     # the engine is closed by now; the micro-benchmarks give the fit the KV reads' ceiling, as in a bench profile
     prof = Profile(model=resolved.spec, hardware=probe(args.device, args.dtype),

@@ -9,8 +9,7 @@ from throughputlab.errors import UserError
 from throughputlab.models import resolve_model
 from throughputlab.records.machine import Environment, Hardware
 from throughputlab.records.profile import Profile
-from throughputlab.records.settings import SweepSettings
-from throughputlab.records.settings import Measurement
+from throughputlab.records.settings import Measurement, SweepSettings
 from throughputlab.sweep import largest_fitting, run_training
 
 

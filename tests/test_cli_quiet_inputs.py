@@ -45,7 +45,7 @@ def hf_backend():
 
 
 def _warn_on_forward(model, message):
-    return model.register_forward_pre_hook(lambda module, args: warnings.warn(message, FutureWarning))
+    return model.register_forward_pre_hook(lambda module, args: warnings.warn(message, FutureWarning, stacklevel=2))
 
 
 @pytest.mark.slow

@@ -20,11 +20,15 @@ import pytest
 
 from throughputlab.errors import UserError
 from throughputlab.hardware.collectives import (
-    CollectiveRunError, bus_factor, fit_line, measure_collectives, point_from_samples,
+    CollectiveRunError,
+    bus_factor,
+    fit_line,
+    measure_collectives,
+    point_from_samples,
 )
-from throughputlab.records.collectives import CollectiveBench, CollectiveFit, CollectiveOp
 from throughputlab.hardware.topology import cpu_topology, gpu_topology, parse_cpulist
 from throughputlab.hardware.torchrun import failure_summary
+from throughputlab.records.collectives import CollectiveBench, CollectiveFit, CollectiveOp
 from throughputlab.throughput import CommParams
 
 RANK_MODULE = "throughputlab.hardware.collectives_rank"

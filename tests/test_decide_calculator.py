@@ -9,14 +9,14 @@ import types
 
 import pytest
 
+from _decide_curves import write_curves
 from throughputlab.decide.calculator import DecideSpec, decide, rank
-from throughputlab.decide.decision import Row
 from throughputlab.decide.curves import CurvesSpec, load_curves
+from throughputlab.decide.decision import Row
 from throughputlab.errors import UserError
 from throughputlab.models import resolve_model
 from throughputlab.roofline import Costs
 from throughputlab.throughput import DecodeParams, ThroughputModel, TrainParams
-from _decide_curves import write_curves
 
 # GRPO on Qwen3-30B-A3B: 128 prompts/step 11.90 h to target; 1024 with sqrt-retuned lr 8.42 h
 # (-29%); 2048 14.68 h; throughput up to 2.29x. The untuned 1024 run is slower than the baseline.
@@ -229,9 +229,10 @@ def test_note_says_when_rollouts_read_far_more_cached_tokens_than_were_measured(
 
 @pytest.mark.slow
 def test_fit_records_the_most_cached_tokens_a_measured_step_read():
+    from pathlib import Path
+
     from throughputlab.fit import fit_profile
     from throughputlab.records.profile import Profile
-    from pathlib import Path
 
     prof = Profile.load(Path(__file__).resolve().parent.parent / "reports" / "cpu-intel-xeon-2026-12-01"
                         / "context_holdout_vllm.json")

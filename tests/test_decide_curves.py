@@ -9,12 +9,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from _decide_curves import write_curves
 from throughputlab.decide.curves import (
-    CurveColumns, CurvesSpec, default_smoothing_samples, ema_samples, first_crossing, load_curves, parse_nstar,
+    CurveColumns,
+    CurvesSpec,
+    default_smoothing_samples,
+    ema_samples,
+    first_crossing,
+    load_curves,
+    parse_nstar,
 )
 from throughputlab.errors import UserError
-
-from _decide_curves import write_curves
 
 
 def test_first_crossing_is_interpolated_between_logged_points():

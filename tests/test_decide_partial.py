@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
-from conftest import assert_user_error, run_cli
 
+from conftest import assert_user_error, run_cli
 from throughputlab.decide.lengths import LengthDist
 from throughputlab.decide.partial import simulate_partial
 from throughputlab.decide.rollout import EngineCaps, simulate_rollout

@@ -3,7 +3,6 @@ KV-cache preemption, determinism and speed (by ratio)."""
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 

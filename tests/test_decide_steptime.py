@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import math
-
-import numpy as np
 import pytest
 
-from throughputlab.decide.rollout import EngineCaps
 from throughputlab.decide.steptime import RLShape, StepModel
-from throughputlab.roofline import all_weight_bytes
 from throughputlab.errors import UserError
 from throughputlab.models import resolve_model
-from throughputlab.roofline import Costs
+from throughputlab.roofline import Costs, all_weight_bytes
 from throughputlab.throughput import DecodeParams, ThroughputModel, TrainParams
 
 

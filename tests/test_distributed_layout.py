@@ -8,11 +8,16 @@ import torch
 
 from throughputlab.distributed.fsdp import decoder_blocks, local_bytes, optimizer_state_bytes, param_bytes
 from throughputlab.distributed.launch import check_run, torchrun_command
-from throughputlab.records.distributed import (
-    DistributedPoint, DistributedSpec, RankPhases, RankSample, RanksFile, ranks_path,
-)
 from throughputlab.distributed.trainer import FAIL_ENV, Fault, loss_weight, split_batch
 from throughputlab.errors import UserError
+from throughputlab.records.distributed import (
+    DistributedPoint,
+    DistributedSpec,
+    RankPhases,
+    RankSample,
+    RanksFile,
+    ranks_path,
+)
 from throughputlab.records.settings import BenchSpec
 
 

@@ -15,9 +15,9 @@ import psutil
 import pytest
 
 from throughputlab.distributed.launch import run_training_ranks
-from throughputlab.records.distributed import BACKEND_NAME, DistributedSpec, IN_FLIGHT, RanksFile, ranks_path
 from throughputlab.distributed.trainer import FAIL_ENV
 from throughputlab.errors import UserError
+from throughputlab.records.distributed import BACKEND_NAME, IN_FLIGHT, DistributedSpec, RanksFile, ranks_path
 from throughputlab.records.profile import Profile
 from throughputlab.records.settings import BenchSpec
 from throughputlab.sweep import Hooks

@@ -3,9 +3,9 @@
 import pytest
 
 from throughputlab.calibration import DEFAULT_EFFICIENCIES, efficiencies_for, family_of
-from throughputlab.records.peaks import lookup
 from throughputlab.models import resolve_model
 from throughputlab.predict import predict_analytic
+from throughputlab.records.peaks import lookup
 
 
 @pytest.mark.parametrize("name, family", [("NVIDIA H100 80GB HBM3", "NVIDIA Hopper"), ("H20", "NVIDIA Hopper"),

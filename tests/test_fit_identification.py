@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from _synth import TRUE, make_profile
+from throughputlab import roofline as rf
 from throughputlab.fit import FitResult, fit_profile, summary_lines
 from throughputlab.fit.identify import CONSTANT_STEP
 from throughputlab.fit.solver import jacobian_ci, log_combination_half_width, solve
 from throughputlab.report.tables import fit_tables
-from throughputlab import roofline as rf
 from throughputlab.roofline import Costs
 
 CS = (1, 2, 4, 8, 16, 32, 64)

@@ -6,11 +6,10 @@ import os
 
 import pytest
 
+from _synth import make_profile
 from throughputlab.fit import fit_profile, summary_lines
 from throughputlab.hardware.probe import microbench
 from throughputlab.records.machine import MicroBench
-
-from _synth import make_profile
 
 
 def test_microbench_measures_copy_matrix_vector_and_matmul():

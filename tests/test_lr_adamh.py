@@ -1,6 +1,5 @@
 """AdamH and the effective learning-rate tracker, with real torch on the CPU."""
 
-import math
 
 import pytest
 import torch
@@ -41,7 +40,7 @@ def test_adamh_keeps_norms_steps_lr_and_trains():
     x, y = batch()
     loss_fn = nn.CrossEntropyLoss()
     first = None
-    for step in range(150):
+    for _ in range(150):
         opt.zero_grad()
         loss = loss_fn(model(x), y)
         first = float(loss.detach()) if first is None else first

@@ -17,11 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import assert_user_error, run_cli
 from throughputlab.backends.openai_gen import kv_tokens_from_metrics, normalise_url
 from throughputlab.errors import UserError
 from throughputlab.models import resolve_model
-
-from conftest import assert_user_error, run_cli
 
 vllm_installed = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")
 

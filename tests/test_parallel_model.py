@@ -7,10 +7,10 @@ import pytest
 
 from conftest import assert_user_error, run_cli
 from throughputlab import roofline as rf
-from throughputlab.records.peaks import lookup
+from throughputlab.fit import load_model
 from throughputlab.models import resolve_model
 from throughputlab.predict import Layout, predict_analytic
-from throughputlab.fit import load_model
+from throughputlab.records.peaks import lookup
 from throughputlab.roofline import Costs
 
 

@@ -8,9 +8,9 @@ from _synth import TRUE, make_profile
 from throughputlab.cli import main
 from throughputlab.errors import UserError
 from throughputlab.fit import fit_profile, load_fit, load_model
-from throughputlab.records.peaks import lookup
 from throughputlab.models import resolve_model
 from throughputlab.predict import DEFAULT_EFFICIENCIES, calibration_from, predict_analytic, predict_from_profile
+from throughputlab.records.peaks import lookup
 from throughputlab.records.profile import Profile
 from throughputlab.roofline import Costs, decode_step_s, single_stream_bound
 

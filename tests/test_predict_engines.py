@@ -7,14 +7,14 @@ from __future__ import annotations
 import math
 
 import pytest
-from conftest import run_main
 
+from conftest import run_main
 from throughputlab import roofline as rf
 from throughputlab.fit import load_fit, load_model
-from throughputlab.records.peaks import lookup
 from throughputlab.models import resolve_model
 from throughputlab.predict import Layout, generation_table, predict_analytic
 from throughputlab.predict_engine import EngineOptions
+from throughputlab.records.peaks import lookup
 from throughputlab.roofline import Costs
 
 GIB, MIB = 2**30, 2**20

@@ -2,8 +2,8 @@
 checkpointing none|selective|full, FSDP's exposed share within and across nodes (hand-computed)."""
 
 import pytest
-from conftest import run_main
 
+from conftest import run_main
 from throughputlab import roofline as rf
 from throughputlab.calibration import DEFAULT_EFFICIENCIES
 from throughputlab.models import resolve_model

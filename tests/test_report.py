@@ -64,7 +64,7 @@ def test_profile_text_is_escaped_everywhere():
     # the only script tags are plotly's library and its figure calls
     assert all(tag.strip() in ('<script type="text/javascript">', "<script>")
                for tag in re.findall(r"<script[^>]*>", html))
-    for data, layout in _figure_json(html):
+    for data, _layout in _figure_json(html):
         for t in json.loads(data):
             assert "<script" not in t.get("name", "") and "<img" not in t.get("name", "")
 
@@ -174,8 +174,8 @@ def test_the_environment_table_leaves_out_engine_figures_the_engine_does_not_hav
 
 @pytest.mark.slow
 def test_profiles_of_one_label_are_told_apart_by_their_files(tmp_path):
-    from throughputlab.report.profile_report import tell_apart
     from throughputlab.report.figures import profile_label
+    from throughputlab.report.profile_report import tell_apart
 
     a, b = make_profile(concurrencies=(1, 2, 4), micro_batches=()), make_profile(concurrencies=(1, 4, 8), micro_batches=())
     other = make_profile(concurrencies=(1, 2), micro_batches=(), model="tiny")

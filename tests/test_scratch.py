@@ -1,11 +1,12 @@
 """Scratch folders: what a killed run leaves is removed by the next run of the same kind."""
 
-import pytest
 import os
 import signal
 import subprocess
 import sys
 import time
+
+import pytest
 
 from throughputlab import scratch
 

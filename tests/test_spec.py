@@ -8,7 +8,7 @@ import pytest
 from throughputlab.bench import check_resumable, resume_base
 from throughputlab.errors import UserError
 from throughputlab.records.profile import Profile
-from throughputlab.records.settings import BenchSpec, DEFAULTS, Measurement, SweepSettings
+from throughputlab.records.settings import DEFAULTS, BenchSpec, Measurement, SweepSettings
 from throughputlab.spec import Layer, as_layer, differences, parse_set, read_spec_file, resolve, resume_differences
 
 REPORTS = Path(__file__).resolve().parent.parent / "reports"

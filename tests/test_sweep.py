@@ -9,8 +9,7 @@ import pytest
 from throughputlab.models import resolve_model
 from throughputlab.records.machine import Environment, Hardware
 from throughputlab.records.profile import GenSample, Profile, TrainSample
-from throughputlab.records.settings import SweepSettings
-from throughputlab.records.settings import Measurement
+from throughputlab.records.settings import Measurement, SweepSettings
 from throughputlab.sweep import Extras, largest_fitting, run_generation, run_training
 
 

@@ -87,8 +87,9 @@ def test_tokens_per_s_matches_a_direct_generate_call(engine):
     """Our timing wraps llm.generate and nothing else. Back-to-back pairs in alternating order,
     median of the per-pair ratios: on a shared machine a burst of other work hits one run,
     and pairing keeps it from deciding the result."""
-    from throughputlab.backends.vllm_gen import sampling_params, synthetic_prompts
     import numpy as np
+
+    from throughputlab.backends.vllm_gen import sampling_params, synthetic_prompts
 
     rng = np.random.default_rng(1)
     ratios = []
@@ -120,11 +121,10 @@ def test_sweep_runner_with_telemetry_and_pyspy(engine, tmp_path):
     if shutil.which("py-spy") is None:
         pytest.skip("py-spy is not installed")
     from throughputlab.hostprof import PySpyRecorder
+    from throughputlab.machine import environment
     from throughputlab.records.machine import Hardware
     from throughputlab.records.profile import Profile
-    from throughputlab.records.settings import SweepSettings
-    from throughputlab.machine import environment
-    from throughputlab.records.settings import Measurement
+    from throughputlab.records.settings import Measurement, SweepSettings
     from throughputlab.sweep import Extras, run_generation
     from throughputlab.telemetry import TelemetrySampler
 

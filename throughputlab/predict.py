@@ -18,24 +18,23 @@ from typing import Literal, Optional, Sequence, Union
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
-from throughputlab.errors import UserError
 from throughputlab import roofline as rf
 from throughputlab.calibration import DEFAULT_EFFICIENCIES, Efficiencies, calibration_from, efficiencies_for, fit_of
+from throughputlab.errors import UserError
 from throughputlab.fit.knees import generation_knee_statement, knee_statement
 from throughputlab.fit.mbu import utilisation
 from throughputlab.fit.schema import FitResult
-from throughputlab.records.fit import GenerationFit, ParamEstimate, Peaks
-from throughputlab.records.peaks import INTER_NODE_BYTES_PER_S, device_names, link_bandwidth, lookup, peak_flops
 from throughputlab.models.spec import ModelSpec, dtype_bytes
 from throughputlab.predict_engine import EngineOptions, check_parts, engine_lines, resolve, size_kv
 from throughputlab.records.base import now_iso
+from throughputlab.records.fit import GenerationFit, ParamEstimate, Peaks
 from throughputlab.records.machine import Environment, Hardware
+from throughputlab.records.peaks import INTER_NODE_BYTES_PER_S, device_names, link_bandwidth, lookup, peak_flops
 from throughputlab.records.profile import EngineInfo, GenPoint, GenPrediction, Profile, TrainPoint, TrainPrediction
 from throughputlab.records.settings import SweepSettings
 from throughputlab.roofline import ADAM_BYTES_PER_PARAM, Costs
 from throughputlab.spread import device_family, published_spread
 from throughputlab.throughput import CommParams, DecodeParams, PrefillParams, ThroughputModel, TrainParams
-
 
 # ---------------------------------------------------------------- analytic model
 

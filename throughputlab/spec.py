@@ -22,7 +22,6 @@ from throughputlab.files import read_settings
 from throughputlab.models import check_local_model
 from throughputlab.records.settings import INSTRUMENTS, BenchSpec
 
-
 # ---------------------------------------------------------------- layers
 
 

@@ -12,10 +12,10 @@ from typing import Literal, Optional, Union
 
 from throughputlab import roofline as rf
 from throughputlab.errors import UserError
+from throughputlab.records.base import Record
 from throughputlab.records.collectives import CollectiveBench, CollectiveFit, Op
 from throughputlab.roofline import Costs, EngineSettings
 from throughputlab.spread import LEVEL, Spread
-from throughputlab.records.base import Record
 
 
 class DecodeParams(Record):

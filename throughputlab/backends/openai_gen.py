@@ -39,7 +39,7 @@ def normalise_url(url: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UserError(f"--url {url}: expected http://HOST:PORT/v1 (an http or https URL)")
     try:
-        parts.port
+        _ = parts.port  # a port that is not a number raises here
     except ValueError:
         raise UserError(f"--url {url}: the port is not a number") from None
     base = url.rstrip("/")

@@ -12,7 +12,14 @@ from typing import Optional
 
 import torch
 
-from throughputlab.backends.torch_common import InProcessTorchBackend, PeakMemory, build_model, release, sync, synthetic_ids
+from throughputlab.backends.torch_common import (
+    InProcessTorchBackend,
+    PeakMemory,
+    build_model,
+    release,
+    sync,
+    synthetic_ids,
+)
 from throughputlab.models import ResolvedModel
 from throughputlab.records.profile import TrainSample
 

@@ -31,8 +31,14 @@ import time
 from typing import Any, Optional
 
 from throughputlab.backends import INSTALL_HINTS
-from throughputlab.backends.vllm_env import (EnvOverride, engine_environment, is_env_name, prepare_environment,
-                                             recorded_cpu_environment, unset_cpu_defaults)
+from throughputlab.backends.vllm_env import (
+    EnvOverride,
+    engine_environment,
+    is_env_name,
+    prepare_environment,
+    recorded_cpu_environment,
+    unset_cpu_defaults,
+)
 from throughputlab.backends.vllm_info import read_engine_info
 from throughputlab.backends.vllm_procs import is_alive, new_children, start_guard, stop_all, stop_guard
 from throughputlab.errors import EngineMissing, UserError

@@ -147,8 +147,8 @@ def _predict(profile_path, model, gpu, dtype, calibrate, concurrency, prompt_len
              gpus, tp, nodes, activation_checkpointing, opts, output) -> None:
     from throughputlab.fit.schema import load_fit, micro_batch_statement
     from throughputlab.predict import Layout, generation_table, predict_analytic, predict_from_profile, training_table
-    from throughputlab.roofline import single_stream_bound
     from throughputlab.records.profile import Profile
+    from throughputlab.roofline import single_stream_bound
 
     if (profile_path is None) == (model is None):
         raise UserError("give either --profile PROFILE (fitted prediction) or --model MODEL --gpu GPU (analytic)")

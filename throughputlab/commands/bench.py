@@ -11,11 +11,10 @@ from typing import Optional
 import click
 from click.core import ParameterSource
 
+from throughputlab.commands.bench_output import RichHooks, print_ranks, print_scaling, print_summary
 from throughputlab.commands.options import IntList, check_writable, default_profile_name, parse_engine_args
 from throughputlab.errors import UserError
-from throughputlab.commands.bench_output import RichHooks, print_ranks, print_scaling, print_summary
 from throughputlab.records.settings import DEFAULTS
-
 
 # flag (click parameter name) -> the spec key it sets; the spec holds the defaults
 SPEC_FLAGS = {
@@ -183,8 +182,8 @@ def bench(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, .
       throughputlab bench -m tiny --only train -b auto
       throughputlab bench -m tiny --backend vllm --only gen --engine-arg enforce_eager=true
     """
-    from throughputlab import spec as specs
     from throughputlab import allocator as alloc
+    from throughputlab import spec as specs
 
     if resume and output is None:
         raise UserError("--resume needs --output PROFILE: the profile to continue")
@@ -287,7 +286,7 @@ def bench(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, .
                           highlight=False, soft_wrap=True)
         else:
             console.print("\ninterrupted before the first point: no profile written", highlight=False)
-        raise SystemExit(130)
+        raise SystemExit(130) from None
     print_summary(console, profile)
     if ranks is not None:
         print_ranks(console, ranks)
@@ -338,12 +337,12 @@ def _refuse_ignored(given: dict, flag_names: dict) -> list[str]:
 def _world_sizes(spec, sizes: list[int], run, activation_checkpointing: bool, collectives: bool) -> None:
     """The training sweep at each world size, one profile each; then the scaling table."""
     from throughputlab.distributed.launch import run_training_ranks
-    from throughputlab.records.distributed import DistributedSpec
     from throughputlab.distributed.scaling import check_world_sizes, per_rank_micro_batches, world_size_output
+    from throughputlab.records.distributed import DistributedSpec
 
     sizes = check_world_sizes(sizes)
     outputs = {n: world_size_output(run.output, n) for n in sizes}
-    for n, out in outputs.items():
+    for out in outputs.values():
         if out.exists() and not (run.resume or run.force):
             raise UserError(f"{out} exists: pass --resume to continue it or --force to overwrite it")
         check_writable(out)
@@ -365,7 +364,7 @@ def _world_sizes(spec, sizes: list[int], run, activation_checkpointing: bool, co
         except KeyboardInterrupt:
             console.print(f"\ninterrupted: finished points are in {out}; continue with the same command and "
                           "--resume", highlight=False)
-            raise SystemExit(130)
+            raise SystemExit(130) from None
         if not res.ok:
             raise UserError(f"the {n}-rank run stopped: {res.message}; finished points are in {out}, the ranks' "
                             f"output in {res.log_path}; continue with the same command and --resume")

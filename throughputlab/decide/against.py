@@ -22,8 +22,8 @@ from typing import Optional
 from pydantic import BaseModel, ConfigDict
 
 from throughputlab.decide.calculator import DecideSpec, LRSpec, SamplesSpec, decide_from_spec
-from throughputlab.decide.curves import read_curves_csv
 from throughputlab.decide.cluster import idle_shares
+from throughputlab.decide.curves import read_curves_csv
 from throughputlab.decide.steptime import ResponseSpec, StepModel, StepTime, _passes_s
 from throughputlab.errors import UserError
 from throughputlab.imports.runlog import RunLog, Spread, load_run_log, spread

@@ -19,12 +19,10 @@ from throughputlab.decide.curves import CurvesResult, CurvesSpec, Direction, NSt
 from throughputlab.decide.decision import Decision, Recommendation, Row, SampleUnit
 from throughputlab.decide.notes import context_note, kv_limited_note, partial_notes, profile_notes
 from throughputlab.decide.rollout import EngineCaps
-from throughputlab.decide.steptime import (
-    DEFAULT_MAX_NUM_SEQS, RLShape, StepModel, critic_costs_for, overlap_note,
-)
+from throughputlab.decide.steptime import DEFAULT_MAX_NUM_SEQS, RLShape, StepModel, critic_costs_for, overlap_note
 from throughputlab.errors import UserError
-from throughputlab.throughput import ThroughputModel
 from throughputlab.records.base import Record
+from throughputlab.throughput import ThroughputModel
 
 
 class SamplesSpec(Record):

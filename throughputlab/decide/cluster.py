@@ -19,8 +19,8 @@ from pydantic import model_validator
 
 from throughputlab import roofline as rf
 from throughputlab.errors import UserError
-from throughputlab.throughput import ThroughputModel
 from throughputlab.records.base import Record
+from throughputlab.throughput import ThroughputModel
 
 COLOCATED_GPU_MEMORY_UTILIZATION = 0.5  # veRL's rollout default: the trainer's state stays on the devices
 SPLIT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default on devices that only generate

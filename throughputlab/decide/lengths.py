@@ -14,8 +14,6 @@ from throughputlab.errors import UserError
 from throughputlab.records.base import Record
 
 
-
-
 class LengthDist(Record):
     """Response lengths in tokens: observed values (resampled) or a parametric form, cut at ``max_tokens``."""
 

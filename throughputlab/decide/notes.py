@@ -7,7 +7,6 @@ from typing import Optional
 
 from throughputlab.decide.decision import Recommendation, Row
 
-
 CONTEXT_EXTRAPOLATION = 2.0  # noted when the rollouts' steps read this many times the measured cached tokens
 
 

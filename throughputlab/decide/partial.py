@@ -26,8 +26,8 @@ import numpy as np
 
 from throughputlab.decide.rollout import EngineCaps, RolloutResult, price_steps
 from throughputlab.decide.schedule import _KVLoop, _steps
-from throughputlab.throughput import ThroughputModel
 from throughputlab.records.base import Record
+from throughputlab.throughput import ThroughputModel
 
 ROLLOUTS = 4  # consecutive rollouts simulated; the carried-over work settles within two or three
 

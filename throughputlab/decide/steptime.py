@@ -19,7 +19,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from throughputlab import roofline as rf
 from throughputlab.decide.cluster import (
-    ClusterSpec, Placement, generation_model, idle_shares, split_over_engines, sync_s, training_model,
+    ClusterSpec,
+    Placement,
+    generation_model,
+    idle_shares,
+    split_over_engines,
+    sync_s,
+    training_model,
 )
 from throughputlab.decide.lengths import LengthDist, parse_length_dist, read_lengths_file
 from throughputlab.decide.partial import ROLLOUTS, PartialRollout, simulate_partial

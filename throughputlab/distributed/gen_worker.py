@@ -26,13 +26,17 @@ import os
 from pathlib import Path
 from typing import Optional
 
-
 from throughputlab.distributed.ranks import (
-    AgreedUserError, RankContext, broadcast_object, gather_objects, init_ranks, rank_main,
+    AgreedUserError,
+    RankContext,
+    broadcast_object,
+    gather_objects,
+    init_ranks,
+    rank_main,
 )
-from throughputlab.records.distributed import IN_FLIGHT, RankJob
 from throughputlab.distributed.train_worker import RankProfile
 from throughputlab.errors import UserError, first_line
+from throughputlab.records.distributed import IN_FLIGHT, RankJob
 from throughputlab.records.layout import ParallelLayout
 from throughputlab.records.profile import GenPoint, GenSample, Profile
 from throughputlab.sweep import Hooks, Point, run_generation

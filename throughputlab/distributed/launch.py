@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Literal, Optional
 
 from throughputlab import scratch
-from throughputlab.records.distributed import BACKEND_NAME, DistributedSpec, IN_FLIGHT, RankJob, RanksFile, ranks_path
 from throughputlab.errors import UserError
 from throughputlab.hardware.torchrun import run_launcher
+from throughputlab.records.distributed import BACKEND_NAME, IN_FLIGHT, DistributedSpec, RankJob, RanksFile, ranks_path
 from throughputlab.records.profile import Profile, TrainPoint
 from throughputlab.records.settings import BenchSpec
 from throughputlab.spec import resume_differences

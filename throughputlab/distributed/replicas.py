@@ -17,9 +17,9 @@ from typing import Optional
 
 from throughputlab import scratch
 from throughputlab.distributed.launch import RanksResult, _log_reason, _signature, torchrun_command
-from throughputlab.records.distributed import DistributedSpec, IN_FLIGHT, RankJob
 from throughputlab.errors import UserError
 from throughputlab.hardware.torchrun import run_launcher
+from throughputlab.records.distributed import IN_FLIGHT, DistributedSpec, RankJob
 from throughputlab.records.profile import Profile
 from throughputlab.records.settings import BenchSpec
 from throughputlab.sweep import Hooks

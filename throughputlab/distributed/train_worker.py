@@ -27,18 +27,31 @@ from typing import Callable, Optional
 import torch
 from pydantic import PrivateAttr
 
-from throughputlab.backends.torch_common import PeakMemory, release
 from throughputlab.allocator import returns_memory
+from throughputlab.backends.torch_common import PeakMemory, release
 from throughputlab.distributed import comm, fsdp
 from throughputlab.distributed.ranks import (  # noqa: F401  (AgreedUserError: raised here, imported from here)
-    AgreedUserError, RankContext, broadcast_object, gather_floats, init_ranks, rank_main,
-)
-from throughputlab.records.distributed import (
-    BACKEND_NAME, CommTime, DistributedPoint, IN_FLIGHT, InFlight, RankJob, RankMemory, RankSample, RanksFile,
-    ranks_path,
+    AgreedUserError,
+    RankContext,
+    broadcast_object,
+    gather_floats,
+    init_ranks,
+    rank_main,
 )
 from throughputlab.distributed.trainer import FSDPTrainer, RankFailure, split_batch
 from throughputlab.errors import UserError
+from throughputlab.records.distributed import (
+    BACKEND_NAME,
+    IN_FLIGHT,
+    CommTime,
+    DistributedPoint,
+    InFlight,
+    RankJob,
+    RankMemory,
+    RankSample,
+    RanksFile,
+    ranks_path,
+)
 from throughputlab.records.layout import ParallelLayout
 from throughputlab.records.profile import Profile, TrainPoint, TrainSample
 from throughputlab.sweep import Hooks, Point, run_training

@@ -37,9 +37,9 @@ from throughputlab.backends.torch_common import build_model, is_oom, sync, synth
 from throughputlab.distributed import fsdp
 from throughputlab.distributed.comm import PHASE_PREFIX
 from throughputlab.distributed.ranks import RankContext, agree_max, gather_floats, gather_objects
-from throughputlab.records.distributed import RankPhases
 from throughputlab.errors import first_line
 from throughputlab.models import ResolvedModel
+from throughputlab.records.distributed import RankPhases
 
 log = logging.getLogger(__name__)
 

@@ -17,9 +17,9 @@ import numpy as np
 from throughputlab import roofline as rf
 from throughputlab.fit import identify
 from throughputlab.fit.forms import SPLIT_CONTEXT_RATIO, attention_note, choose_form
-from throughputlab.records.fit import PHI_FLOOR_NOTE, GenerationFit, Peaks, PointError, PrefillFit
-from throughputlab.fit.solver import LSQ, bootstrap, can_bootstrap, estimates, leave_one_out, rms, solve
 from throughputlab.fit.observations import GenObs, gen_obs, resampled
+from throughputlab.fit.solver import LSQ, bootstrap, can_bootstrap, estimates, leave_one_out, rms, solve
+from throughputlab.records.fit import PHI_FLOOR_NOTE, GenerationFit, Peaks, PointError, PrefillFit
 from throughputlab.records.profile import GenPoint
 from throughputlab.roofline import Costs
 from throughputlab.throughput import DecodeParams, PrefillParams

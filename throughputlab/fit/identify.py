@@ -18,9 +18,9 @@ from typing import Optional
 
 import numpy as np
 
-from throughputlab.records.fit import ParamEstimate, Peaks
-from throughputlab.fit.solver import LSQ, log_combination_half_width, percentile_ci
 from throughputlab import roofline as rf
+from throughputlab.fit.solver import LSQ, log_combination_half_width, percentile_ci
+from throughputlab.records.fit import ParamEstimate, Peaks
 from throughputlab.roofline import Costs
 
 SEPARATING_BYTES_RATIO = 1.5  # memory-bound points whose bytes differ this much tell t0 from bytes/BW

@@ -8,19 +8,28 @@ from typing import Optional
 
 import numpy as np
 
-from throughputlab.errors import UserError
 from throughputlab import roofline as rf
+from throughputlab.errors import UserError
 from throughputlab.fit.admission import admission_of
 from throughputlab.fit.generation import ceilings, fit_generation
 from throughputlab.fit.identify import bw_range
 from throughputlab.fit.knees import (
-    generation_knee_range_statement, generation_knee_statement, knee_range_statement, knee_statement,
+    generation_knee_range_statement,
+    generation_knee_statement,
+    knee_range_statement,
+    knee_statement,
 )
+from throughputlab.fit.mbu import utilisation
 from throughputlab.fit.schema import (
-    DEFAULT_SEED, FitResult, costs_of, engine_devices, peaks_of, phi_is_a_floor, probe_costs_of,
+    DEFAULT_SEED,
+    FitResult,
+    costs_of,
+    engine_devices,
+    peaks_of,
+    phi_is_a_floor,
+    probe_costs_of,
 )
 from throughputlab.fit.training import fit_training
-from throughputlab.fit.mbu import utilisation
 from throughputlab.records.base import now_iso
 from throughputlab.records.profile import Profile
 from throughputlab.spread import fitted_spread

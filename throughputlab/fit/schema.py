@@ -14,7 +14,14 @@ from throughputlab.errors import UserError
 from throughputlab.models.spec import spec_from_config
 from throughputlab.records.base import Record
 from throughputlab.records.fit import (
-    FIT_SCHEMA_VERSION, PHI_FLOOR_NOTE, GenerationFit, MemoryFit, Peaks, PrefillFit, TrainingFit, Utilisation,
+    FIT_SCHEMA_VERSION,
+    PHI_FLOOR_NOTE,
+    GenerationFit,
+    MemoryFit,
+    Peaks,
+    PrefillFit,
+    TrainingFit,
+    Utilisation,
 )
 from throughputlab.records.peaks import peak_flops
 from throughputlab.records.profile import Profile

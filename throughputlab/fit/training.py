@@ -15,9 +15,9 @@ from scipy.stats import linregress
 from scipy.stats import t as student_t
 
 from throughputlab import roofline as rf
-from throughputlab.records.fit import CI_LEVEL, MemoryAtSeqLen, MemoryFit, Peaks, PointError, TrainingFit
 from throughputlab.fit.identify import flops_note
 from throughputlab.fit.solver import LSQ, bootstrap, can_bootstrap, estimates, leave_one_out, rms, solve
+from throughputlab.records.fit import CI_LEVEL, MemoryAtSeqLen, MemoryFit, Peaks, PointError, TrainingFit
 from throughputlab.records.profile import Profile, TrainPoint
 from throughputlab.roofline import Costs
 from throughputlab.throughput import TrainParams

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from throughputlab.hardware.collectives import ELEMENT_BYTES, bus_factor, default_sizes, fit_op, point_from_samples
-from throughputlab.records.collectives import CollectiveBench, CollectiveOp, CollectivePoint, OPS, Op
+from throughputlab.records.collectives import OPS, CollectiveBench, CollectiveOp, CollectivePoint, Op
 
 log = logging.getLogger(__name__)
 

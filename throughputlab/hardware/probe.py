@@ -14,8 +14,8 @@ import statistics
 import time
 from typing import Optional
 
-from throughputlab.records.peaks import lookup
 from throughputlab.records.machine import CpuInfo, GpuInfo, Hardware, MicroBench
+from throughputlab.records.peaks import lookup
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ files and what the source did not measure.
 from __future__ import annotations
 
 import json
-import math
 import logging
+import math
 import re
 import statistics
 from dataclasses import dataclass
@@ -81,7 +81,7 @@ def read_json(path: Path, expected: str) -> Any:
         return json.loads(text)
     except ValueError as first:
         docs = []
-        for lineno, line in enumerate(text.splitlines(), 1):
+        for line in text.splitlines():
             if not line.strip():
                 continue
             try:

@@ -33,8 +33,8 @@ from typing import Literal, Optional
 
 from throughputlab.errors import UserError
 from throughputlab.imports.common import number, read_json, read_text
-from throughputlab.records.profile import percentiles
 from throughputlab.records.base import Record
+from throughputlab.records.profile import percentiles
 
 PHASES = ("gen", "logprob", "ref", "values", "update_critic", "update_actor", "sync", "step")
 EXTRAS = ("response_length", "response_length_max", "response_length_min", "clip_ratio", "tokens", "tokens_per_s",

@@ -30,7 +30,15 @@ from typing import Optional, Sequence
 
 from throughputlab.errors import UserError
 from throughputlab.imports.common import (
-    Target, by_concurrency, count, imported_profile, merge_points, model_mismatch, number, one_model, read_json,
+    Target,
+    by_concurrency,
+    count,
+    imported_profile,
+    merge_points,
+    model_mismatch,
+    number,
+    one_model,
+    read_json,
     read_text,
 )
 from throughputlab.records.profile import EngineInfo, GenPoint, GenSample, Profile

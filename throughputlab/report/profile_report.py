@@ -18,7 +18,13 @@ from throughputlab.fit.schema import FitResult, micro_batch_statement
 from throughputlab.records.profile import Profile
 from throughputlab.report.attention import attention_figure, attention_notes, attention_table
 from throughputlab.report.figures import (  # noqa: F401  (figures re-exported for callers of this module)
-    COLORS, _kv_concurrency, contexts_of, generation_figure, profile_label, step_figure, training_figure,
+    COLORS,
+    _kv_concurrency,
+    contexts_of,
+    generation_figure,
+    profile_label,
+    step_figure,
+    training_figure,
 )
 from throughputlab.report.page import Section, render_html
 from throughputlab.report.tables import environment_table, fit_tables, points_tables

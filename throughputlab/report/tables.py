@@ -13,8 +13,6 @@ from throughputlab.records.profile import Profile
 from throughputlab.report.figures import GiB, profile_label
 
 
-
-
 def _n(x: Optional[float]) -> Optional[str]:
     """Readable number: thousands separated, three significant figures below 100."""
     if x is None:

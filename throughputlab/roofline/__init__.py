@@ -14,5 +14,5 @@ rules, admission and decode fixed costs. Import the names from here.
 from throughputlab.roofline.core import *  # noqa: F401,F403
 from throughputlab.roofline.core import _out  # noqa: F401
 from throughputlab.roofline.devices import *  # noqa: F401,F403
-from throughputlab.roofline.memory import *  # noqa: F401,F403
 from throughputlab.roofline.engine import *  # noqa: F401,F403
+from throughputlab.roofline.memory import *  # noqa: F401,F403

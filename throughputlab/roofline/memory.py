@@ -8,8 +8,14 @@ from typing import Optional
 import numpy as np
 
 from throughputlab.models.spec import ModelSpec
-from throughputlab.roofline.core import (ADAM_BYTES_PER_PARAM, VLLM_GPU_MEMORY_UTILIZATION, Costs, _out, all_weight_bytes,
-                                         checkpointing_mode)
+from throughputlab.roofline.core import (
+    ADAM_BYTES_PER_PARAM,
+    VLLM_GPU_MEMORY_UTILIZATION,
+    Costs,
+    _out,
+    all_weight_bytes,
+    checkpointing_mode,
+)
 from throughputlab.roofline.engine import kv_tokens_from_bytes, vllm_kv_bytes
 
 

@@ -29,8 +29,16 @@ from __future__ import annotations
 from typing import Literal
 
 from throughputlab.errors import UserError
-from throughputlab.lr.law.models import (SCHEMA_VERSION, Coef, Curvature, Holdout, LawAnalysis, LawFit,
-                                         LRFitReport, Optimum)
+from throughputlab.lr.law.models import (
+    SCHEMA_VERSION,
+    Coef,
+    Curvature,
+    Holdout,
+    LawAnalysis,
+    LawFit,
+    LRFitReport,
+    Optimum,
+)
 from throughputlab.lr.law.stats import check_curvature, find_optima, fit_law, holdout
 from throughputlab.lr.law.summary import summarize
 from throughputlab.lr.law.sweep import COLUMNS, REQUIRED, load_sweep, parse_column_map, prepare_sweep, synthetic_sweep

@@ -15,6 +15,7 @@ import numpy as np
 
 from throughputlab.lr.law.models import Coef, Curvature, Holdout, LawFit, Optimum
 
+
 def _t_quantile(dof: int) -> float:
     from scipy import stats
 

@@ -6,6 +6,7 @@ from typing import Optional
 
 from throughputlab.lr.law.models import Coef, LawAnalysis, LRFitReport
 
+
 def _fmt_coef(c: Optional[Coef]) -> str:
     if c is None:
         return "n/a (one value on that axis)"

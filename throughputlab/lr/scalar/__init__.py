@@ -38,10 +38,19 @@ check).
 
 from __future__ import annotations
 
-from throughputlab.lr.scalar.data import (ScalarData, max_stable_lr, predicted_contraction, rate_equalising_lr,
-                                          sharpness_at_optimum)
-from throughputlab.lr.scalar.flow import (gradient_flow, gradient_flow_closed_form, gradient_flow_residual,
-                                          integrate_flow_ode)
+from throughputlab.lr.scalar.data import (
+                                          ScalarData,
+                                          max_stable_lr,
+                                          predicted_contraction,
+                                          rate_equalising_lr,
+                                          sharpness_at_optimum,
+)
+from throughputlab.lr.scalar.flow import (
+                                          gradient_flow,
+                                          gradient_flow_closed_form,
+                                          gradient_flow_residual,
+                                          integrate_flow_ode,
+)
 from throughputlab.lr.scalar.gd import GDTrajectory, measured_rate, simulate_gd, simulate_gd_balanced
 from throughputlab.lr.scalar.study import DEFAULT_DEPTHS, DepthRow, DepthStudy, ExactCheckRow, depth_study, exact_vs_gd
 

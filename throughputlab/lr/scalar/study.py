@@ -14,8 +14,13 @@ from typing import Optional, Sequence
 import numpy as np
 
 from throughputlab.errors import UserError
-from throughputlab.lr.scalar.data import (ScalarData, check_depth, check_positive_product, predicted_contraction,
-                                          rate_equalising_lr)
+from throughputlab.lr.scalar.data import (
+    ScalarData,
+    check_depth,
+    check_positive_product,
+    predicted_contraction,
+    rate_equalising_lr,
+)
 from throughputlab.lr.scalar.flow import gradient_flow, integrate_flow_ode
 from throughputlab.lr.scalar.gd import measured_rate, simulate_gd, simulate_gd_balanced
 
