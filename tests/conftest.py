@@ -1,4 +1,4 @@
-"""Shared test setup: GPU tests are skipped without CUDA; helpers to run the CLI as a user would."""
+"""Shared test setup: the quick tier; helpers to run the CLI as a user would."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 
 
-TIERS_BEYOND_QUICK = ("slow", "vllm", "browser", "gpu")
+TIERS_BEYOND_QUICK = ("slow", "vllm", "browser")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -20,18 +20,6 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if not any(name in item.keywords for name in TIERS_BEYOND_QUICK):
             item.add_marker(pytest.mark.quick)
-    try:
-        import torch
-
-        has_cuda = torch.cuda.is_available()
-    except ImportError:
-        has_cuda = False
-    if has_cuda:
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA device")
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
 
 
 def run_cli(*args: str, cwd=None, timeout: float = 300, env=None) -> subprocess.CompletedProcess:
