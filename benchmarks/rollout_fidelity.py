@@ -37,7 +37,7 @@ def run_engine(args, batches: list[int], concs: list[int], lengths_for, measure_
     import numpy as np
     from vllm import SamplingParams
 
-    from throughputlab.backends.vllm_gen import VLLMGenerationBackend, prepare_environment, synthetic_prompts
+    from throughputlab.backends.vllm.gen import VLLMGenerationBackend, prepare_environment, synthetic_prompts
     from throughputlab.models import resolve_model
 
     prepare_environment(args.device)

@@ -139,7 +139,7 @@ def interleaved(args) -> int:
     import numpy as np
     from vllm import SamplingParams
 
-    from throughputlab.backends.vllm_gen import VLLMGenerationBackend
+    from throughputlab.backends.vllm.gen import VLLMGenerationBackend
     from throughputlab.models import resolve_model
 
     conc = [int(x) for x in args.concurrency.split(",")]

@@ -28,7 +28,7 @@ PROMPT, OUT = 32, 16
 @pytest.fixture(scope="module")
 def engine():
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; the default 2 is more than a test needs
-    from throughputlab.backends.vllm_gen import VLLMGenerationBackend
+    from throughputlab.backends.vllm.gen import VLLMGenerationBackend
 
     backend = VLLMGenerationBackend(resolve_model("tiny"), dtype="float32", device="cpu", seed=0,
                                     max_concurrency=MAX_C, max_len=PROMPT + OUT,
@@ -89,7 +89,7 @@ def test_tokens_per_s_matches_a_direct_generate_call(engine):
     and pairing keeps it from deciding the result."""
     import numpy as np
 
-    from throughputlab.backends.vllm_gen import sampling_params, synthetic_prompts
+    from throughputlab.backends.vllm.gen import sampling_params, synthetic_prompts
 
     rng = np.random.default_rng(1)
     ratios = []
@@ -162,7 +162,7 @@ def test_sweep_runner_with_telemetry_and_pyspy(engine, tmp_path):
 
 @pytest.mark.slow
 def test_engine_arg_mistakes_are_user_errors():
-    from throughputlab.backends.vllm_gen import VLLMGenerationBackend
+    from throughputlab.backends.vllm.gen import VLLMGenerationBackend
 
     tiny = resolve_model("tiny")
     with pytest.raises(UserError, match="max_num_seqs=4 is below the largest --concurrency 8"):
@@ -183,7 +183,7 @@ def test_engine_arg_mistakes_are_user_errors():
 def test_cpu_engine_environment(monkeypatch):
     """No reserved core: a short libgomp spin for the engine's processes, unless the user chose
     an OpenMP wait setting or a reserved core (environment or --engine-arg NAME=VALUE)."""
-    from throughputlab.backends.vllm_gen import VLLMGenerationBackend, engine_environment
+    from throughputlab.backends.vllm.gen import VLLMGenerationBackend, engine_environment
 
     for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "VLLM_CPU_NUM_OF_RESERVED_CPU"):
         monkeypatch.delenv(k, raising=False)

@@ -17,7 +17,7 @@ from throughputlab.records.profile import EngineInfo, GenSample, TrainSample
 
 GEN_BACKENDS = {
     "hf": "throughputlab.backends.hf_gen:HFGenerationBackend",
-    "vllm": "throughputlab.backends.vllm_gen:VLLMGenerationBackend",
+    "vllm": "throughputlab.backends.vllm.gen:VLLMGenerationBackend",
     "openai": "throughputlab.backends.openai_gen:OpenAIGenerationBackend",
 }
 TRAIN_BACKENDS = {

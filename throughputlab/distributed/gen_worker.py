@@ -200,7 +200,7 @@ def _prepare(job: RankJob, resolved, dtype: str, device: str) -> str:
 
 
 def run_job(ctx: RankContext, job: RankJob, device: str) -> None:
-    from throughputlab.backends.vllm_gen import VLLMGenerationBackend
+    from throughputlab.backends.vllm.gen import VLLMGenerationBackend
     from throughputlab.bench import _extras, _values, engine_args, kv_limited, split_lengths
     from throughputlab.hardware.probe import resolve_dtype
     from throughputlab.models import resolve_model

@@ -41,7 +41,7 @@ def replica_devices(device: str, replicas: int, tp: int) -> list[str]:
             raise UserError(f"--data-parallel {replicas} x --tensor-parallel {tp} needs {replicas * tp} GPUs, "
                             f"this machine shows {len(ids)}: lower --data-parallel")
         return [",".join(ids[r * tp:(r + 1) * tp]) for r in range(replicas)]
-    from throughputlab.backends.vllm_env import cpu_thread_binds, usable_cores
+    from throughputlab.backends.vllm.env import cpu_thread_binds, usable_cores
 
     cores = usable_cores()
     if replicas * tp > len(cores):

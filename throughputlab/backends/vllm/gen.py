@@ -11,9 +11,9 @@ clock: scheduled, first token, last token) when the engine reports them; otherwi
 difference between a run of ``output_len`` tokens and a one-token run.
 
 On CPU the backend sets a few environment variables for the engine (no core reserved for
-the engine core, a short libgomp spin): ``throughputlab.backends.vllm_env`` says why. The
-engine's reported capacity is read by ``vllm_info``; its processes are tracked by
-``vllm_procs``.
+the engine core, a short libgomp spin): ``throughputlab.backends.vllm.env`` says why. The
+engine's reported capacity is read by ``throughputlab.backends.vllm.info``; its processes are
+tracked by ``throughputlab.backends.vllm.procs``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import time
 from typing import Any, Optional
 
 from throughputlab.backends import INSTALL_HINTS
-from throughputlab.backends.vllm_env import (
+from throughputlab.backends.vllm.env import (
     EnvOverride,
     engine_environment,
     is_env_name,
@@ -39,8 +39,8 @@ from throughputlab.backends.vllm_env import (
     recorded_cpu_environment,
     unset_cpu_defaults,
 )
-from throughputlab.backends.vllm_info import read_engine_info
-from throughputlab.backends.vllm_procs import is_alive, new_children, start_guard, stop_all, stop_guard
+from throughputlab.backends.vllm.info import read_engine_info
+from throughputlab.backends.vllm.procs import is_alive, new_children, start_guard, stop_all, stop_guard
 from throughputlab.errors import EngineMissing, UserError
 from throughputlab.models import ResolvedModel
 from throughputlab.records.profile import EngineInfo, GenSample
@@ -125,7 +125,7 @@ class VLLMGenerationBackend:
         self.timing = "engine"  # "engine" (per-request stats) or "difference" (two output lengths)
         self._engine_kwargs: dict[str, Any] = {}
         self._engine_procs: list = []  # psutil.Process of the engine's processes, for telemetry and cleanup
-        self._guard = None  # kills the engine's processes should this process die first (vllm_procs)
+        self._guard = None  # kills the engine's processes should this process die first (vllm.procs)
         self._tmpdir: Optional[str] = None
         self._extra_dirs: list[str] = []
         self._info: Optional[EngineInfo] = None

@@ -5,7 +5,7 @@ telemetry (their pids) and, at shutdown, waits for them and kills any that outli
 
 vLLM's engine core does not notice its parent's death: after ``kill -9`` of the bench it ran on,
 busy, with nothing to serve. So each engine start also starts a guard, ``python -m
-throughputlab.backends.vllm_procs``, in a session of its own: should the bench die before it
+throughputlab.backends.vllm.procs``, in a session of its own: should the bench die before it
 shuts the engine down, the guard kills the engine's processes and removes the engine's temporary
 folders, then exits. It exits too once the engine's processes are gone; ``close`` stops it.
 """
@@ -88,7 +88,7 @@ def start_guard(procs: list, dirs: list[str]) -> Optional[subprocess.Popen]:
         return None
     me = psutil.Process()
     targets = [f"{p.pid}:{p.create_time()!r}" for p in procs if is_alive(p)]
-    cmd = [sys.executable, "-m", "throughputlab.backends.vllm_procs", f"{me.pid}:{me.create_time()!r}",
+    cmd = [sys.executable, "-m", "throughputlab.backends.vllm.procs", f"{me.pid}:{me.create_time()!r}",
            *targets, "--dirs", *dirs]
     return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True, close_fds=True)
