@@ -12,6 +12,8 @@ import pytest
 
 from conftest import assert_user_error, run_cli
 from throughputlab.decide.against import lengths_from_log
+from throughputlab.errors import UserError
+from throughputlab.decide.lengths import parse_length_dist
 from throughputlab.decide.calculator import DecideSpec, decide_from_spec
 from throughputlab.imports.runlog import load_run_log
 from throughputlab.models import resolve_model
@@ -171,14 +173,36 @@ def test_response_lengths_default_to_the_logs(profile, tmp_path, capsys):
 
 
 def test_lengths_from_log_match_the_logged_clip_ratio_and_mean(tmp_path):
+    # the logged mean is after the cut: the form holds the logged share at the cut and that mean
     log = write_verl(tmp_path / "v.jsonl", {"gen": 1.0}, extra={
         "response_length/mean": 300.0, "response_length/max": 1024.0, "response_length/clip_ratio": 0.02})
     dist, _ = lengths_from_log(load_run_log(log), responses=256)
-    kv = dict(x.split("=") for x in dist.split(":")[1].split(","))
-    mean, sigma, cut = float(kv["mean"]), float(kv["sigma"]), int(kv["max"])
-    assert mean == 300 and cut == 1024
-    mu = math.log(mean) - sigma ** 2 / 2
-    assert 1 - NormalDist(mu, sigma).cdf(math.log(cut)) == pytest.approx(0.02, rel=1e-3)
+    assert dist == "capped:mean=300,clip=0.02,max=1024"
+    x = parse_length_dist(dist).sample(200_000, seed=1)
+    assert x.mean() == pytest.approx(300, rel=0.01) and (x == 1024).mean() == pytest.approx(0.02, abs=0.002)
+
+
+def test_a_capped_form_keeps_the_mean_after_the_cut_where_a_lognormal_does_not():
+    # a published run: mean 3,196 after a cut at 4,096 with 30% of responses at it
+    capped = parse_length_dist("capped:mean=3196,clip=0.3,max=4096").sample(100_000, seed=2)
+    assert capped.mean() == pytest.approx(3196, rel=0.01) and (capped == 4096).mean() == pytest.approx(0.3, abs=0.01)
+    assert capped.max() == 4096 and (capped[capped < 4096] < 4096).all()
+    cut = parse_length_dist("lognormal:mean=3196,sigma=0.6,max=4096").sample(100_000, seed=2)
+    assert cut.mean() < 0.9 * 3196  # the mean before the cut: the cut one comes out shorter
+
+
+@pytest.mark.parametrize("form, needle", [
+    ("capped:mean=90,clip=0.5,max=192", "cannot hold 50.0% of the responses at 192"),
+    ("capped:mean=200,clip=0.1,max=192", "must lie between"),
+    ("capped:mean=150,clip=1.5,max=192", "clip is a share in [0, 1]"),
+    ("capped:mean=150,max=192", "missing clip"),
+    ("capped:mean=150,clip=0.1,max=192,width=3", "unknown key(s) width"),
+    ("capped:mean=x,clip=0.1,max=192", "must be numbers"),
+])
+def test_bad_capped_forms_name_the_problem(form, needle):
+    with pytest.raises(UserError) as e:
+        parse_length_dist(form)
+    assert needle in str(e.value) and len(str(e.value).splitlines()) == 1
 
 
 # ---------------------------------------------------------------- bad input

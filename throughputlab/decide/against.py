@@ -126,7 +126,10 @@ def lengths_from_log(rl: RunLog, responses: int) -> tuple[str, str]:
     if top is None or top.max <= m:
         return f"lognormal:mean={m:.6g},sigma=0.6", f"run log {rl.path}: {seen}, no max logged (sigma 0.6)"
     cut = int(round(top.max))
-    if clip is not None and clip.median > 0:
+    if clip is not None and clip.median > 0:  # the logged mean is after the cut: the share at the cut as logged
+        if clip.median * cut + (1 - clip.median) < m < cut:
+            return (f"capped:mean={m:.6g},clip={clip.median:.4g},max={cut}",
+                    f"run log {rl.path}: {seen}, max {cut}, {clip.median:.1%} at the cut (the mean after it)")
         tail, longest = min(clip.median, 0.5), float(cut)
         seen += f", max {cut}, {clip.median:.1%} cut"
     else:

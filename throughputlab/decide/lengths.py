@@ -1,5 +1,9 @@
 """Response lengths for the rollout simulation: observed values (a file) or a parametric form
-(lognormal, uniform, fixed), cut at ``max_tokens``, drawn deterministically for a seed."""
+(lognormal, capped, uniform, fixed), cut at ``max_tokens``, drawn deterministically for a seed.
+
+``capped`` is what an RL log reports: the mean after the cut and the share of responses that hit the
+cap (veRL's response_length/clip_ratio): that share sits at the cap, the rest is a lognormal cut
+below it whose mean makes the overall mean the logged one."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from pathlib import Path
 from typing import Literal, Optional
 
 import numpy as np
+from statistics import NormalDist
 
 from throughputlab.errors import UserError
 from throughputlab.records.base import Record
@@ -17,8 +22,9 @@ from throughputlab.records.base import Record
 class LengthDist(Record):
     """Response lengths in tokens: observed values (resampled) or a parametric form, cut at ``max_tokens``."""
 
-    kind: Literal["observed", "lognormal", "uniform", "fixed"]
-    mean: Optional[float] = None  # lognormal: mean length in tokens (before the cut)
+    kind: Literal["observed", "lognormal", "capped", "uniform", "fixed"]
+    mean: Optional[float] = None  # lognormal: mean length in tokens (before the cut); capped: after it
+    clip: Optional[float] = None  # capped: the share of responses at max_tokens
     sigma: Optional[float] = None  # lognormal: standard deviation of log(length)
     low: Optional[int] = None  # uniform
     high: Optional[int] = None  # uniform, inclusive; fixed uses it as the length
@@ -34,6 +40,8 @@ class LengthDist(Record):
         elif self.kind == "lognormal":
             mu = math.log(self.mean) - self.sigma ** 2 / 2  # so that E[length] = mean
             x = np.rint(rng.lognormal(mu, self.sigma, size=n))
+        elif self.kind == "capped":
+            x = self._capped(rng, n)
         elif self.kind == "uniform":
             x = rng.integers(self.low, self.high + 1, size=n)
         else:
@@ -42,6 +50,19 @@ class LengthDist(Record):
         if self.max_tokens is not None:
             x = np.minimum(x, self.max_tokens)
         return x
+
+    def _capped(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """A share ``clip`` at the cap; the rest a lognormal of spread sigma cut below the cap (inverse CDF
+        of the truncated law), its mu such that the overall mean is ``mean``."""
+        cap, clip, s = float(self.max_tokens), float(self.clip), float(self.sigma)
+        at_cap = rng.random(n) < clip
+        below = (self.mean - clip * cap) / (1.0 - clip) if clip < 1 else cap
+        mu = _truncated_mu(below, s, cap)
+        z_cap = (math.log(cap) - mu) / s
+        nd = NormalDist()
+        v = rng.random(n) * nd.cdf(z_cap)
+        x = np.exp(mu + s * np.array([nd.inv_cdf(min(max(u, 1e-12), 1 - 1e-12)) for u in v]))
+        return np.where(at_cap, cap, np.minimum(np.rint(x), cap - 1))
 
     def longest(self) -> int:
         """The longest response the form allows (observed: the longest seen; lognormal without a
@@ -61,24 +82,48 @@ class LengthDist(Record):
             return f"{len(self.values)} observed lengths from {self.source or 'a list'} (resampled){cut}"
         if self.kind == "lognormal":
             return f"lognormal, mean {self.mean:g} tokens, sigma {self.sigma:g}{cut}"
+        if self.kind == "capped":
+            return (f"mean {self.mean:g} tokens after the cut at {self.max_tokens}, {self.clip:.1%} of them at the cut, "
+                    f"the rest lognormal (sigma {self.sigma:g}) below it")
         if self.kind == "uniform":
             return f"uniform {self.low}..{self.high} tokens{cut}"
         return f"fixed {self.high} tokens{cut}"
 
 
-_DIST_KEYS = {"lognormal": {"mean", "sigma", "max"}, "uniform": {"min", "max"}, "fixed": {"len"}}
+_DIST_KEYS = {"lognormal": {"mean", "sigma", "max"}, "capped": {"mean", "clip", "max", "sigma"},
+              "uniform": {"min", "max"}, "fixed": {"len"}}
+CAPPED_SIGMA = 0.6  # the spread below the cap when the log gives none
+
+
+def _truncated_mu(mean: float, sigma: float, cap: float) -> float:
+    """mu of a lognormal(mu, sigma) whose part below ``cap`` has mean ``mean`` (bisection on the truncated
+    mean exp(mu + s^2/2) Phi((ln cap - mu - s^2)/s) / Phi((ln cap - mu)/s), which rises with mu)."""
+    nd = NormalDist()
+    lo, hi = math.log(mean) - 20 * sigma - 5, math.log(cap) + 20 * sigma + 5
+
+    def tmean(mu: float) -> float:
+        a = nd.cdf((math.log(cap) - mu) / sigma)
+        return math.exp(mu + sigma * sigma / 2) * nd.cdf((math.log(cap) - mu - sigma * sigma) / sigma) / a \
+            if a > 1e-300 else cap
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if tmean(mid) < mean else (lo, mid)
+    return (lo + hi) / 2
 
 
 def parse_length_dist(text: str, option: str = "--response-dist") -> LengthDist:
-    """``lognormal:mean=300,sigma=0.6,max=1024`` | ``uniform:min=16,max=512`` | ``fixed:len=256``."""
+    """``lognormal:mean=300,sigma=0.6,max=1024`` | ``capped:mean=140,clip=0.14,max=192[,sigma=0.6]`` |
+    ``uniform:min=16,max=512`` | ``fixed:len=256``."""
     kind, _, rest = str(text).strip().partition(":")
     kind = kind.strip().lower()
     if kind not in _DIST_KEYS:
-        raise UserError(f"{option} {text!r}: unknown form {kind!r}; use lognormal:mean=..,sigma=..,max=.. "
-                        "or uniform:min=..,max=.. or fixed:len=..")
+        raise UserError(f"{option} {text!r}: unknown form {kind!r}; use lognormal:mean=..,sigma=..,max=.., "
+                        "capped:mean=..,clip=..,max=.. (mean after the cut, share at it), uniform:min=..,max=.. "
+                        "or fixed:len=..")
     kv = parse_kv(rest, option, text)
     unknown = set(kv) - _DIST_KEYS[kind]
-    missing = {"mean", "sigma"} - set(kv) if kind == "lognormal" else _DIST_KEYS[kind] - set(kv)
+    required = {"lognormal": {"mean", "sigma"}, "capped": {"mean", "clip", "max"}}.get(kind, _DIST_KEYS[kind])
+    missing = required - set(kv)
     if unknown or missing:
         what = f"unknown key(s) {', '.join(sorted(unknown))}" if unknown else f"missing {', '.join(sorted(missing))}"
         raise UserError(f"{option} {text!r}: {what}; {kind} takes {', '.join(sorted(_DIST_KEYS[kind]))}")
@@ -89,6 +134,8 @@ def parse_length_dist(text: str, option: str = "--response-dist") -> LengthDist:
             if not (mean > 0 and sigma >= 0 and math.isfinite(mean) and math.isfinite(sigma)):
                 raise ValueError
             return LengthDist(kind="lognormal", mean=mean, sigma=sigma, max_tokens=cut)
+        if kind == "capped":
+            return _parse_capped(kv, option, text)
         if kind == "uniform":
             lo, hi = _pos_int(kv["min"], option, "min"), _pos_int(kv["max"], option, "max")
             if hi < lo:
@@ -98,6 +145,22 @@ def parse_length_dist(text: str, option: str = "--response-dist") -> LengthDist:
         return LengthDist(kind="fixed", high=n, max_tokens=n)
     except ValueError:
         raise UserError(f"{option} {text!r}: mean must be positive and sigma non-negative numbers") from None
+
+
+def _parse_capped(kv: dict[str, str], option: str, text: str) -> LengthDist:
+    cap = _pos_int(kv["max"], option, "max")
+    try:
+        mean, clip, sigma = float(kv["mean"]), float(kv["clip"]), float(kv.get("sigma", CAPPED_SIGMA))
+    except ValueError:
+        raise UserError(f"{option} {text!r}: mean, clip and sigma must be numbers") from None
+    if not (0 <= clip <= 1 and sigma > 0 and math.isfinite(mean)):
+        raise UserError(f"{option} {text!r}: clip is a share in [0, 1] (responses at the cut) and sigma positive")
+    if clip == 1 and mean != cap:
+        raise UserError(f"{option} {text!r}: with every response at the cut the mean is the cut, {cap}")
+    if clip < 1 and not (clip * cap + (1 - clip) < mean < cap):
+        raise UserError(f"{option} {text!r}: a mean after the cut of {mean:g} cannot hold {clip:.1%} of the responses at "
+                        f"{cap}: it must lie between {clip * cap + (1 - clip):.6g} and {cap}")
+    return LengthDist(kind="capped", mean=mean, clip=clip, sigma=sigma, max_tokens=cap)
 
 
 def parse_kv(rest: str, option: str, text: str) -> dict[str, str]:
