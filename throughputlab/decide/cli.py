@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Optional
 
@@ -191,12 +190,9 @@ def decide(spec_file: Optional[Path], json_out: Optional[Path], html_out: Option
         --prompt-len 512 --response-dist lognormal:mean=600,sigma=0.7,max=2048 \\
         --curves runs.csv --target 0.7 --lr-rule sqrt --html decide.html
     """
-    from throughputlab.decide.calculator import decide_from_spec
-    from throughputlab.decide.report import decision_section, decision_text
-
-    from throughputlab.decide.report import placements_section, placements_text
-
     from throughputlab.decide.against import LOG_FLAGS, LogChecks
+    from throughputlab.decide.calculator import decide_from_spec
+    from throughputlab.decide.report import decision_section, decision_text, placements_section, placements_text
 
     logs = {k: flags.pop(k) for k in LOG_FLAGS}
     base = None
