@@ -4,7 +4,7 @@
 # fit when scipy is present, and the profile written to $OUT (or ./reports/).
 #
 # Needs torch (CUDA), transformers, click, rich, pandas, psutil, nvidia-ml-py. pydantic is
-# not on every GPU image: put its wheels in .whl/ (see README, "GPU validation") and they
+# not on every GPU image: put its wheels in .whl/ (see docs/gpu.md) and they
 # are installed into a private folder first. plotly is not needed: render the report from
 # the returned profile afterwards (throughputlab report PROFILE -o report.html).
 set -euo pipefail

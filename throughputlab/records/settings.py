@@ -76,7 +76,7 @@ class GenerationSpec(_Section):
 
     backend: Literal["hf", "vllm", "openai"] = "hf"
     concurrency: XValues = [1, 2, 4, 8, 16, 32, 64]
-    # The default run's shape (README, "What the default run measures"): short prompts and 8 output
+    # The default run's shape (docs/bench.md, "What the default run measures, and why"): short prompts and 8 output
     # tokens keep it within two minutes on a slow 2-core CPU; 7 decode steps a run are each timed.
     prompt_len: PositiveInt = 16
     output_len: Annotated[int, Field(ge=2)] = 8  # one token from the prefill, at least one decode step

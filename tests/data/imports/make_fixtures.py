@@ -254,7 +254,7 @@ def fixtures() -> None:
 
 
 def examples() -> None:
-    """One example per format for the README: Llama-3.1-8B on an A100 80GB SXM (synthetic)."""
+    """One example per format for docs/import.md: Llama-3.1-8B on an A100 80GB SXM (synthetic)."""
     curve = Curve("llama3.1-8b", dict(t0=2.0e-3, bw=1.6e12, phi=1.5e14), seed=7)
     write_sweep(curve, EXAMPLES / "vllm_sweep_llama8b_a100", repeats={})
     (EXAMPLES / "guidellm_llama8b_a100.json").write_text(json.dumps(guidellm_report(curve, curve.model_id), indent=1))
