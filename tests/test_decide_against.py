@@ -5,16 +5,14 @@ reproduces the logged times, and bad logs are one-line errors with exit code 2."
 from __future__ import annotations
 
 import json
-import math
-from statistics import NormalDist
 
 import pytest
 
 from conftest import assert_user_error, run_cli
 from throughputlab.decide.against import lengths_from_log
-from throughputlab.errors import UserError
-from throughputlab.decide.lengths import parse_length_dist
 from throughputlab.decide.calculator import DecideSpec, decide_from_spec
+from throughputlab.decide.lengths import parse_length_dist
+from throughputlab.errors import UserError
 from throughputlab.imports.runlog import load_run_log
 from throughputlab.models import resolve_model
 from throughputlab.predict import Layout, predict_analytic

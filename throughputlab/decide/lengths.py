@@ -10,10 +10,10 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
+from statistics import NormalDist
 from typing import Literal, Optional
 
 import numpy as np
-from statistics import NormalDist
 
 from throughputlab.errors import UserError
 from throughputlab.records.base import Record
