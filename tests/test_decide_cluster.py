@@ -178,3 +178,19 @@ def test_batches_the_kv_cache_held_back_are_named_with_their_preemptions(q7_8xh1
     note = next(n for n in tight.notes if n.startswith("the KV cache limited admission"))
     assert f"at 1024 prompts ({rows[1024].preemptions} preemptions)" in note and "64 prompts" not in note
     assert not any(n.startswith("the KV cache limited") for n in _decide(q7_8xh100, [64])[0].notes)
+
+
+def test_the_links_follow_the_decisions_nodes_not_the_profiles(tmp_path):
+    spec = resolve_model("qwen2.5-7b").spec
+    one, two = tmp_path / "one.json", tmp_path / "two.json"
+    predict_analytic(spec, "h100", layout=Layout(gpus=8)).save(one)
+    predict_analytic(spec, "h100", layout=Layout(gpus=16, nodes=2)).save(two)
+    cluster = {"gpus": 16, "nodes": 2}
+    a = _decide(str(one), [128], cluster=cluster)[0]
+    b = _decide(str(two), [128], cluster=cluster)[0]
+    assert a.rows[0].step.step_s == pytest.approx(b.rows[0].step.step_s, rel=1e-9)
+    assert any("predicted for 8 GPU(s) on 1 node(s)" in n and "follow the decision" in n for n in a.notes)
+    assert not any("predicted for" in n for n in b.notes)
+    # a decision on one node says its FSDP ring stays on the node's link
+    local = _decide(str(two), [128], cluster={"gpus": 8, "nodes": 1})[0]
+    assert any("within one node" in n for n in local.notes)

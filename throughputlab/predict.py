@@ -76,7 +76,7 @@ class Layout(BaseModel):
 
 def _comm(ds_key: str, layout: Layout, eff: Efficiencies) -> tuple[CommParams, str]:
     link, source = link_bandwidth(ds_key)
-    fsdp_bw = link if layout.nodes == 1 else min(link, INTER_NODE_BYTES_PER_S)  # a ring crosses the slowest link
+    fsdp_bw = rf.fsdp_link_bytes_per_s(link, layout.nodes, INTER_NODE_BYTES_PER_S)
     if layout.nodes > 1:
         source += f"; across nodes {INTER_NODE_BYTES_PER_S / 1e9:.0f} GB/s per GPU (one 400 Gb/s NIC per GPU)"
     pcie = "PCIe" in source  # NCCL alone: no custom all-reduce regime

@@ -14,7 +14,7 @@ from typing import Literal, Optional
 
 from pydantic import field_validator
 
-from throughputlab.decide.cluster import ClusterSpec, Placement, kv_tokens_from_gib, placements
+from throughputlab.decide.cluster import ClusterSpec, Placement, kv_tokens_from_gib, layout_notes, placements
 from throughputlab.decide.curves import CurvesResult, CurvesSpec, Direction, NStarParam, load_curves, parse_nstar
 from throughputlab.decide.decision import Decision, Recommendation, Row, SampleUnit
 from throughputlab.decide.notes import context_note, kv_limited_note, partial_notes, profile_notes
@@ -189,6 +189,7 @@ def decide_from_spec(spec: DecideSpec, adjust_step=None) -> list[Decision]:
     decisions = sorted(decisions, key=best_time)
     decisions[0].notes.extend(left_out)
     decisions[0].notes.extend(profile_notes(prof, fit))
+    decisions[0].notes.extend(layout_notes(model, decisions[0].placement, cluster))
     limit = prof.model.context_limit
     if limit and seq > limit:
         decisions[0].notes.append(

@@ -20,7 +20,9 @@ from pydantic import model_validator
 from throughputlab import roofline as rf
 from throughputlab.errors import UserError
 from throughputlab.records.base import Record
-from throughputlab.throughput import ThroughputModel
+from throughputlab.calibration import DEFAULT_EFFICIENCIES
+from throughputlab.records.peaks import INTER_NODE_BYTES_PER_S
+from throughputlab.throughput import CommParams, ThroughputModel
 
 COLOCATED_GPU_MEMORY_UTILIZATION = 0.5  # veRL's rollout default: the trainer's state stays on the devices
 SPLIT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default on devices that only generate
@@ -207,8 +209,21 @@ def training_model(model: ThroughputModel, pl: Placement, checkpointing: bool, s
         per = activation_per_sequence if activation_per_sequence is not None else t.mem_per_sample_bytes
     train = t.model_copy(update={"mem0_bytes": mem0, "mem_per_sample_bytes": per,
                                  "smallest_oom_micro_batch": t.smallest_oom_micro_batch if n == 1 else None})
-    return model.model_copy(update={"train": train, "train_devices": n, "nodes": pl.nodes,
+    comm = model.comm
+    if comm is not None and model.source != "fit" and pl.nodes != model.nodes:
+        comm = relinked(comm, pl.nodes)
+    return model.model_copy(update={"train": train, "train_devices": n, "nodes": pl.nodes, "comm": comm,
                                     "activation_checkpointing": checkpointing or model.activation_checkpointing})
+
+
+def relinked(comm: CommParams, nodes: int) -> CommParams:
+    """A predicted profile's links for the decision's node count: FSDP within a node at the node's link
+    (the tensor-parallel rate, the same link), across nodes no faster than the network (one 400 Gb/s NIC per
+    GPU at the stated collective efficiency), with the exposed share published for that many nodes."""
+    inter = DEFAULT_EFFICIENCIES.comm_bw * INTER_NODE_BYTES_PER_S
+    return comm.model_copy(update={
+        "fsdp_busbw_bytes_per_s": rf.fsdp_link_bytes_per_s(comm.tp_busbw_bytes_per_s, nodes, inter),
+        "fsdp_hidden_share": 1.0 - rf.fsdp_exposed_share(nodes)[0]})
 
 
 def sync_s(model: ThroughputModel, pl: Placement, spec: ClusterSpec, link_bytes_per_s: Optional[float],
@@ -251,3 +266,17 @@ def idle_shares(pl: Placement, gen_s: float, gen_mean_s: float, learn_s: float, 
         return {"all devices": max(gen_s - gen_mean_s, 0.0) / step_s}
     return {"generation devices": max(1 - gen_s / step_s, 0.0), "training devices": max(1 - learn_s / step_s, 0.0)}
 
+
+
+def layout_notes(model: ThroughputModel, placement: Optional[str], spec: ClusterSpec) -> list[str]:
+    """Where the profile's own layout differs from the decision's: which one sets the links."""
+    gpus, nodes = spec.gpus or model.train_devices, spec.nodes
+    if (gpus, nodes) == (model.train_devices, model.nodes):
+        return []
+    if model.source == "fit":
+        return [f"the profile was measured on {model.train_devices} device(s) on {model.nodes} node(s) and the "
+                f"decision is for {gpus} on {nodes}: its measured collective rates are kept, so links across nodes "
+                "it did not measure are not in the figures"]
+    where = "across nodes, no faster than the network" if nodes > 1 else "within one node, over its link"
+    return [f"the profile was predicted for {model.train_devices} GPU(s) on {model.nodes} node(s) and the decision "
+            f"is for {gpus} on {nodes}: FSDP's links follow the decision ({where}), not the profile"]

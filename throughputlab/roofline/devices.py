@@ -173,6 +173,12 @@ FSDP_EXPOSED_WITHIN_NODE = 0.0
 FSDP_EXPOSED_ACROSS_NODES = 0.05
 
 
+def fsdp_link_bytes_per_s(link_bytes_per_s: float, nodes: int, inter_node_bytes_per_s: float) -> float:
+    """The per-GPU rate an FSDP ring runs at: the node's link within one node; across nodes the ring
+    crosses the network too, so the slower of the two."""
+    return link_bytes_per_s if nodes <= 1 else min(link_bytes_per_s, inter_node_bytes_per_s)
+
+
 def fsdp_exposed_share(nodes: int) -> tuple[float, str]:
     """Exposed share of FSDP's traffic on ``nodes`` machines, and its source, for the header."""
     if nodes <= 1:
