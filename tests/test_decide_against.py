@@ -122,6 +122,27 @@ def test_calibrate_from_reproduces_the_logged_times_and_names_the_factors(profil
     assert samples_per_s[16] == pytest.approx(64 / rows[16]["step_s"])
 
 
+def test_a_calibration_is_checked_on_a_run_at_another_batch(profile, tmp_path, capsys):
+    # two logs of one setup whose phases are the model's times K-fold: fitted at 8 prompts, checked at 16
+    logs = {}
+    for n in (8, 16):
+        folder = tmp_path / str(n)
+        folder.mkdir()
+        logs[n] = k_times_log(folder, predicted(profile, n))[0]
+    code, out, err = decide_cli(["--profile", profile, "--prompts", 16, "--log-prompts", 8, "--against-prompts", 16,
+                                 *FLAGS, *DIST, "--calibrate-from", logs[8], "--against", logs[16],
+                                 "--json", tmp_path / "d.json"], capsys)
+    assert code == 0, err
+    runs = json.loads((tmp_path / "d.json").read_text())["run_logs"]
+    assert [r["prompts"] for r in runs] == [8, 16]
+    checked = {p["phase"]: p for p in runs[1]["phases"]}
+    assert checked["step"]["calibrated_ratio"] == pytest.approx(1.0, rel=1e-6)
+    assert all(checked[k]["calibrated_ratio"] == pytest.approx(1.0, rel=1e-6) for k in K)
+    code, out, err = decide_cli(["--profile", profile, "--prompts", 8, *FLAGS, *DIST, "--against", logs[8],
+                                 "--against-prompts", 16], capsys)
+    assert code == 2 and "--against-prompts goes with --calibrate-from LOG and --against LOG" in err
+
+
 def test_ppo_critic_phases_and_a_phase_missing_from_the_log(profile, tmp_path, capsys):
     st = predicted(profile, 8, algo="ppo")
     # values is one forward pass of a critic the policy's size: the same time as a log-prob pass
@@ -138,11 +159,14 @@ def test_ppo_critic_phases_and_a_phase_missing_from_the_log(profile, tmp_path, c
     assert "update_actor" in _row(out, "update_actor") and "not" in _row(out, "update_actor")
     cal = data["calibration"]
     assert set(cal["factors"]) == {"gen", "values", "update_critic"}
-    assert cal["uncalibrated"] == {"logprob": "not logged", "ref": "not logged", "update_actor": "not logged",
-                                   "sync": "not logged"}
+    # veRL logs no sync timer: its timing_s/gen holds the sync, so the gen factor covers both, counted once
+    assert cal["uncalibrated"] == {"logprob": "not logged", "ref": "not logged", "update_actor": "not logged"}
+    assert cal["sync_in_gen"] and ph["gen"]["predicted_s"] == pytest.approx(st.gen_s + st.sync_s)
     assert "uncalibrated (factor 1): logprob (not logged)" in out
+    assert "gen is compared with the model's generation + sync" in out
     step = data["rows"][0]["step"]
     assert step["train_s"] == pytest.approx(st.train_s) and step["gen_s"] == pytest.approx(3 * st.gen_s)
+    assert step["sync_s"] == 0
     assert step["critic_s"] == pytest.approx(2 * st.logprob_s / 2 + 9.0)
 
 
@@ -151,7 +175,7 @@ def test_a_grpo_model_names_the_critic_phases_it_does_not_have(profile, tmp_path
     code, out, err = decide_cli(["--profile", profile, "--prompts", 8, *FLAGS, *DIST, "--against", log], capsys)
     assert code == 0, err
     assert "not in the model: GRPO has no critic" in " ".join(_row(out, "values"))
-    assert "not logged" in " ".join(_row(out, "sync"))
+    assert "in gen: veRL's timing_s/gen holds it" in " ".join(_row(out, "sync"))
     assert "not in the model" in " ".join(_row(out, "other"))  # step - gen - values
 
 

@@ -33,7 +33,7 @@ ROWS = (*MODEL_PHASES, "other", "step")
 APPLIES_TO = ("each factor multiplies its phase's whole predicted time at every batch size (the model keeps "
               "how the phase scales with the batch)")
 DEFAULT_DEVICES = "the profile's devices"
-LOG_FLAGS = ("against", "calibrate_from", "log_format", "log_columns", "log_prompts")
+LOG_FLAGS = ("against", "calibrate_from", "log_format", "log_columns", "log_prompts", "against_prompts")
 
 
 class _Model(BaseModel):
@@ -68,6 +68,7 @@ class LogCheck(_Model):
     phases: list[PhaseCheck]
     notes: list[str] = []
     calibrated_from: Optional[str] = None
+    sync_in_gen: bool = False  # the log's generation timer holds the weight sync (veRL colocated)
 
 
 class Calibration(_Model):
@@ -77,6 +78,7 @@ class Calibration(_Model):
     factors: dict[str, float]
     uncalibrated: dict[str, str]  # phase -> why it keeps factor 1
     step_only: bool = False  # only the whole step is logged: its factor scales every phase
+    sync_in_gen: bool = False  # the gen factor was fitted on generation + sync: the sync is inside it
     applies_to: str = APPLIES_TO
 
     def factor(self, phase: str) -> float:
@@ -205,7 +207,9 @@ def calibrated_step(steps: StepModel, st: StepTime, cal: Calibration) -> StepTim
     if steps.critic_model is not None:
         values = _critic_forward_s(steps, st)
         critic = values * f("values") + (st.critic_s - values) * f("update_critic")
-    train, sync = st.train_s * f("update_actor"), st.sync_s * f("sync")
+    if cal.sync_in_gen:  # the logged generation held the sync: its factor covers both, counted once
+        gen, sync = (st.gen_s + st.sync_s) * f("gen"), 0.0
+    train, sync = st.train_s * f("update_actor"), (0.0 if cal.sync_in_gen else st.sync_s * f("sync"))
     learn = logprob + train + critic
     total = (max(gen, learn) if st.overlap == "off-policy" else gen + learn) + sync
     gen_mean = (st.gen_engine_mean_s if st.gen_engine_mean_s is not None else st.gen_s) * f("gen")
@@ -245,6 +249,12 @@ def check_log(spec: DecideSpec, path: str, option: str, fmt: Optional[str] = Non
     steps, st = seen[0]
     predicted = predicted_phases(steps, st)
     logged = rl.phase_summary()
+    # veRL's colocated timing_s/gen runs inside the rollout's sharding manager: the weights' resharding into
+    # the engines and their wake-up and sleep are in it, and no sync timer is logged
+    sync_in_gen = rl.format == "verl" and "sync" not in logged and st.overlap != "off-policy" and "gen" in logged
+    if sync_in_gen:
+        predicted["gen"] = st.gen_s + st.sync_s
+        predicted.pop("sync", None)
     rows = []
     for phase in ROWS:
         if phase == "other":
@@ -253,6 +263,10 @@ def check_log(spec: DecideSpec, path: str, option: str, fmt: Optional[str] = Non
                 rows.append(row)
             continue
         got, pred = logged.get(phase), predicted.get(phase)
+        if phase == "sync" and sync_in_gen:
+            rows.append(PhaseCheck(phase="sync", status=f"in gen: veRL's timing_s/gen holds it ({st.sync_s:.3g} s "
+                                                        "modelled)"))
+            continue
         if got is None and pred is None:
             continue
         status = "compared" if got is not None and pred is not None else (
@@ -261,13 +275,16 @@ def check_log(spec: DecideSpec, path: str, option: str, fmt: Optional[str] = Non
                                ratio=_ratio(got.median if got else None, pred), status=status))
     notes = [f"predicted at the same batch, response lengths and devices; ratio = logged median / predicted "
              f"(the median over the {len(rl.steps)} step(s) of logged / predicted)"]
+    if sync_in_gen:
+        notes.append("veRL's timing_s/gen holds the weight sync and the engines' wake-up and sleep (colocated, no "
+                     "sync timer logged): gen is compared with the model's generation + sync")
     notes.extend(_batch_note(rl, spec, st, batch_from))
     if rl.skipped:
         notes.append(f"{rl.skipped} record(s) without phase times skipped")
     check = LogCheck(log=str(path), format=rl.format, steps=len(rl.steps), prompts=prompts, group=spec.group,
                      responses=responses, batch_from=batch_from, response_lengths=steps.dist.describe(),
                      response_lengths_from=source, placement=decision.placement, overlap=st.overlap,
-                     phases=rows, notes=notes)
+                     phases=rows, notes=notes, sync_in_gen=sync_in_gen)
     return check, log_spec, steps, st
 
 
@@ -312,10 +329,11 @@ def fit_calibration(check: LogCheck) -> Calibration:
     step = by.get("step")
     if not factors and step is not None and step.ratio is not None:
         return Calibration(log=check.log, factors={"step": step.ratio}, uncalibrated={}, step_only=True)
+    uncalibrated.pop("sync", None) if check.sync_in_gen else None
     if not factors:
         raise UserError(f"--calibrate-from {check.log}: no phase both logged and modelled to fit a factor from "
                         "(--log-column PHASE=KEY names the log's keys)")
-    return Calibration(log=check.log, factors=factors, uncalibrated=uncalibrated)
+    return Calibration(log=check.log, factors=factors, uncalibrated=uncalibrated, sync_in_gen=check.sync_in_gen)
 
 
 def fill_calibrated(check: LogCheck, steps: StepModel, st: StepTime, cal: Calibration) -> None:
@@ -326,6 +344,8 @@ def fill_calibrated(check: LogCheck, steps: StepModel, st: StepTime, cal: Calibr
         if row.predicted_s is None:
             continue
         row.calibrated_s = total if row.phase == "step" else row.predicted_s * cal.factor(row.phase)
+        if row.phase == "gen" and cal.sync_in_gen and not check.sync_in_gen:
+            row.calibrated_s = (st.gen_s + st.sync_s) * cal.factor("gen")
         row.calibrated_ratio = _ratio(row.logged.median if row.logged else None, row.calibrated_s)
 
 
@@ -338,7 +358,7 @@ class LogChecks:
 
     def __init__(self, spec: DecideSpec, against: Optional[str] = None, calibrate_from: Optional[str] = None,
                  log_format: Optional[str] = None, log_columns: tuple[str, ...] = (),
-                 log_prompts: Optional[int] = None):
+                 log_prompts: Optional[int] = None, against_prompts: Optional[int] = None):
         if not (against or calibrate_from):
             used = [f"--{n}" for n, v in (("log-format", log_format), ("log-column", log_columns),
                                           ("log-prompts", log_prompts)) if v]
@@ -355,7 +375,12 @@ class LogChecks:
             fill_calibrated(check, steps, st, self.calibration)
             self.checks.append(check)
             self.spec = spec.model_copy(update={"shape": log_spec.shape})
+        if against_prompts is not None and not (against and calibrate_from):
+            raise UserError("--against-prompts goes with --calibrate-from LOG and --against LOG: the batch of the run "
+                            "the calibration is checked on")
         if against and (not calibrate_from or Path(against).resolve() != Path(calibrate_from).resolve()):
+            if against_prompts is not None:
+                kw = {**kw, "log_prompts": against_prompts}
             check, log_spec, steps, st = check_log(spec, against, "--against", **kw)
             if self.calibration is not None:
                 fill_calibrated(check, steps, st, self.calibration)
@@ -408,7 +433,7 @@ def check_text(c: LogCheck) -> str:
         row = [p.phase, p.log_key or "-", str(g.n) if g else "-", _s(g.median) if g else "not logged",
                f"{g.p10:.3g}-{g.p90:.3g}" if g else "-", _s(p.predicted_s), _r(p.ratio)]
         row += [_s(p.calibrated_s), _r(p.calibrated_ratio)] if cal else []
-        table.append(row + ([p.status] if p.status.startswith("not in") else []))
+        table.append(row + ([p.status] if p.status.startswith(("not in", "in gen")) else []))
     widths = [max(len(str(x)) for x in col) for col in zip(head, *table)]
     fmt = lambda cells: "  ".join(str(x).ljust(w) if i < 2 else str(x).rjust(w)  # noqa: E731
                                   for i, (x, w) in enumerate(zip(cells, widths)))

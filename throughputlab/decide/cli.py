@@ -175,6 +175,9 @@ def build_spec(spec_file: Optional[Path], base: Optional[dict] = None, **flags: 
               help="Read phase NAME from the log's key or column KEY (repeatable), as in `import runlog --column`.")
 @click.option("--log-prompts", type=int, default=None,
               help="Prompts per step of the logged run. [default: the single --prompts value]")
+@click.option("--against-prompts", type=int, default=None,
+              help="Prompts per step of the --against run when it differs from the --calibrate-from run's: a "
+                   "calibration checked at another batch size.")
 @click.option("--partial-rollout", type=float, default=None, metavar="OVER",
               help="Partial rollouts (APRIL): OVER more prompts in flight as a share of the batch (0.25: 25%), "
                    "generation ends when the batch is done, unfinished responses resume next step. [default: 0]")
