@@ -1,0 +1,138 @@
+"""The published-RL-runs harness (benchmarks/rl_runs.py): rows with ratios on small runs, veRL's colocated
+gen timer against generation + weight sync, one line and exit 2 on a malformed data file, and the check
+that split runs are predicted faster than their colocated siblings."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "benchmarks" / "data" / "rl_runs"
+GRPO = "verl_qwen2.5-0.5b-instruct_grpo_8gpu_a100-colocated"
+PPO = "verl_qwen2.5-0.5b-instruct_ppo_8gpu_a100-colocated"
+NEMO = "nemo-rl_llama3.1-8b-instruct_grpo_8gpu_gb200-colocated"
+
+
+def _load_harness():
+    spec = importlib.util.spec_from_file_location("rl_runs_harness", ROOT / "benchmarks" / "rl_runs.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+h = _load_harness()
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return {(r.run, r.measurement): r for r in h.run_all(h.load_runs(DATA, (GRPO, PPO, NEMO)))}
+
+
+def test_every_run_folder_loads():
+    runs = h.load_runs(DATA)
+    assert len(runs) >= 33
+    assert all(r.measurements and r.measurements[0].step_s > 0 for r in runs)
+
+
+def test_small_runs_are_predicted_with_ratios(rows):
+    for key in ((GRPO, "published"), (PPO, "published"), (NEMO, "v0.5-gb200")):
+        r = rows[key]
+        assert r.predicted, (key, r.reason)
+        assert r.compared and r.compared[0].model == "step"
+        for c in r.compared:
+            assert c.published > 0 and c.predicted > 0
+            assert c.ratio == pytest.approx(c.predicted / c.published)
+        assert r.step["step_s"] == pytest.approx(r.compared[0].predicted)
+
+
+def test_published_lengths_become_the_response_distribution(rows):
+    r = rows[(GRPO, "published")]
+    assert r.lengths_published and r.inputs["prompt_len"] == 104
+    assert "mean=140.229" in r.inputs["response_dist"] and "max=192" in r.inputs["response_dist"]
+    if h.capped_form_available():
+        assert r.inputs["response_dist"].startswith("capped:") and "clip=0.137" in r.inputs["response_dist"]
+    else:
+        assert r.inputs["response_dist"].startswith("lognormal:")
+
+
+def test_verl_colocated_gen_is_compared_with_generation_plus_weight_sync(rows):
+    r = rows[(GRPO, "published")]
+    gen = next(c for c in r.compared if c.timer == "timing_s/gen")
+    assert gen.model == "gen+sync"
+    assert gen.predicted == pytest.approx(r.step["gen_s"] + r.step["sync_s"])
+    logprob = next(c for c in r.compared if c.model == "logprob")
+    assert logprob.timer == "timing_s/old_log_prob + timing_s/ref"
+    assert any(s.startswith("timing_s/reward") for s in r.not_compared)
+    ppo = rows[(PPO, "published")]
+    critic = next(c for c in ppo.compared if c.model == "critic")
+    assert critic.timer == "timing_s/values + timing_s/update_critic"
+
+
+def test_nemo_rl_rows_compare_the_step_only(rows):
+    r = rows[(NEMO, "v0.5-gb200")]
+    assert [c.model for c in r.compared] == ["step"]
+    assert any("step totals only" in s for s in r.not_compared)
+    assert r.inputs["prompt_len_source"].startswith("derived")
+
+
+def test_fully_async_gen_is_not_compared():
+    step = dict(gen_s=10.0, logprob_s=1.0, train_s=20.0, critic_s=0.0, sync_s=1.0, step_s=22.0)
+    meas = h.Measurement(id="published", step_s=25.0, timer="timing_s/step",
+                         phases={"timing_s/gen": 3.0, "timing_s/update_actor": 19.0, "timing_s/old_log_prob": None})
+    compared, skipped = h.compare("verl", "fully-async", meas, step)
+    assert [c.model for c in compared] == ["step", "train"]
+    assert any(s.startswith("timing_s/gen") and "wait" in s for s in skipped)
+
+
+def test_a_malformed_data_file_is_one_line_and_exit_2(tmp_path, capsys):
+    shutil.copytree(DATA / GRPO, tmp_path / GRPO)
+    pub = tmp_path / GRPO / "published.yaml"
+    pub.write_text(pub.read_text().replace("gpus:\n  value: 8", "gpus:\n  value: eight", 1))
+    assert h.main(["--data", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "published.yaml" in err and "gpus" in err
+    pub.write_text("config_files: [config.yaml\n")
+    assert h.main(["--data", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "YAML" in err
+
+
+def _row(run: str, published: float, predicted: float):
+    r = h.Row(run=run, measurement="published", framework="verl", placement=None, config_complete=True,
+              primary=True, published_step=published, predicted=True, inputs={"group": 8})
+    r.step = {"step_s": predicted}
+    r.compared = [h.Compared("timing_s/step", published, predicted, "step", predicted / published)]
+    return r
+
+
+def test_the_pair_check_on_a_synthetic_pair():
+    col = "verl_m_grpo_16gpu_h20-colocated-fsdp2"
+    off = "verl_m_grpo_16gpu_h20-onestepoff-fsdp2-4-12"
+    other = "verl_m_grpo_32gpu_h20-fullyasync16-16"  # no colocated sibling on 32 GPUs
+    good = h.pairs([_row(col, 700, 800), _row(off, 500, 600), _row(other, 100, 50)])
+    assert len(good) == 1 and good[0]["colocated"] == col and good[0]["split"] == off
+    assert good[0]["published_faster"] and good[0]["ok"] is True
+    bad = h.pairs([_row(col, 700, 500), _row(off, 500, 600)])
+    assert bad[0]["ok"] is False
+    assert h.summary([_row(col, 700, 500), _row(off, 500, 600)])["pairs_ok"] is False
+    slower = h.pairs([_row(col, 400, 500), _row(off, 500, 600)])
+    assert slower[0]["ok"] is None  # the published split run is not faster: nothing to check
+    fp8 = h.pairs([_row(col.replace("-fsdp2", ""), 700, 800), _row("verl_m_grpo_16gpu_h20-fp8-onestepoff", 500, 600)])
+    assert fp8 == []  # another precision is no sibling
+
+
+def test_json_holds_every_row_and_the_summary(tmp_path, capsys):
+    out = tmp_path / "rows.json"
+    assert h.main(["--run", GRPO, "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert GRPO in text and "Summary: 1 runs, 1 predicted" in text
+    data = json.loads(out.read_text())
+    assert [r["run"] for r in data["rows"]] == [GRPO]
+    assert data["rows"][0]["compared"][0]["ratio"] > 0 and "per_run" in data["summary"]
