@@ -511,7 +511,7 @@ def summary(rows: list[Row]) -> dict:
         step, phases = r.compared[0], r.compared[1:]
         per_run.append({"run": r.run, "measurement": r.measurement, "lengths_published": r.lengths_published,
                         "step_ok": abs(step.ratio - 1) <= STEP_TOL,
-                        "phases_ok": all(abs(c.ratio - 1) <= PHASE_TOL for c in phases),
+                        "phases_ok": all(abs(c.ratio - 1) <= PHASE_TOL for c in phases), "phases": len(phases),
                         "far": [c.timer for c in r.compared if c.ratio > FAR or c.ratio < 1 / FAR]})
     both = [p for p in per_run if p["step_ok"] and p["phases_ok"]]
     pr = pairs(rows)
@@ -576,8 +576,10 @@ def render_summary(rows: list[Row], s: dict) -> list[str]:
         ph = ", ".join(f"{c.model} {c.ratio:.2f}" for c in r.compared[1:])
         lines.append(f"  {p['run'][:66]:<66} {'L' if p['lengths_published'] else 'D':<3} "
                      f"{r.compared[0].ratio:>5.2f}  {ph or '(step only)'}")
+    timed = [p for p in s["per_run"] if p["phases"]]
     lines += ["", f"  step within 15%: {s['step_within']}/{n}; every published phase within 25%: "
-                  f"{s['phases_within']}/{n}; both: {s['both_within']}/{n} (L runs: "
+                  f"{s['phases_within']}/{n} (runs that publish phases: {sum(p['phases_ok'] for p in timed)}/"
+                  f"{len(timed)}); both: {s['both_within']}/{n} (L runs: "
                   f"{sum(p['step_ok'] and p['phases_ok'] for p in lp)}/{len(lp)})",
               f"  target, step within 15% and every phase within 25% on at least 80% of them: "
               f"{_verdict(s['target_share_met'] if n else None)} ({s['both_within']}/{n})",
