@@ -18,9 +18,9 @@ from typing import Literal, Optional
 from pydantic import model_validator
 
 from throughputlab import roofline as rf
+from throughputlab.calibration import DEFAULT_EFFICIENCIES
 from throughputlab.errors import UserError
 from throughputlab.records.base import Record
-from throughputlab.calibration import DEFAULT_EFFICIENCIES
 from throughputlab.records.peaks import INTER_NODE_BYTES_PER_S
 from throughputlab.throughput import CommParams, ThroughputModel
 
