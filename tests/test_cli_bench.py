@@ -536,6 +536,8 @@ def test_context_and_sequence_length_axes_measure_every_pair_and_skip_what_canno
 def test_kv_limited_concurrencies_are_split_off():
     from throughputlab.bench import kv_limited, split_lengths
 
-    assert kv_limited([1, 2, 4, 8], 100, 28, 512) == ([1, 2, 4], [8])
+    # past what the cache holds at once the engine queues: measured; one request past the whole cache: not
+    assert kv_limited([1, 2, 4, 8], 100, 28, 512) == ([1, 2, 4, 8], [])
+    assert kv_limited([1, 2], 100, 28, 100) == ([], [1, 2])
     assert kv_limited([1, 2], 100, 28, None) == ([1, 2], [])
     assert split_lengths([128, 512, 4096], 32, 2048) == ([128, 512], [4096])

@@ -15,8 +15,9 @@ CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64)
 
 
 def _queued(limit: int, *, engine=None, steps=True, noise=0.01, seed=0):
-    """A sweep whose engine runs at most ``limit`` requests at once: each point past it is c/limit batches
-    of the point at ``limit`` (its times scaled, its per-step times those of a batch of ``limit``)."""
+    """A sweep whose engine runs at most ``limit`` requests at once, timed as vLLM times it: each point past
+    it is c/limit batches of the point at ``limit``; its per-step times are a batch of ``limit``'s, its time to
+    the first token holds the wait for the batches before, and its decode time is the last batch's."""
     prof = make_profile(concurrencies=CONCURRENCIES, noise=noise, seed=seed, with_steps=steps)
     at = {p.concurrency: p for p in prof.generation}
     out = []
@@ -24,9 +25,8 @@ def _queued(limit: int, *, engine=None, steps=True, noise=0.01, seed=0):
         if p.concurrency > limit:
             k = p.concurrency / limit
             samples = [GenSample(total_s=s.total_s * k, output_tokens=int(s.output_tokens * k),
-                                 prefill_s=None if s.prefill_s is None else s.prefill_s * k,
-                                 decode_s=None if s.decode_s is None else s.decode_s * k,
-                                 decode_step_s=s.decode_step_s) for s in at[limit].samples]
+                                 prefill_s=None if s.prefill_s is None else s.prefill_s + (k - 1) * s.total_s,
+                                 decode_s=s.decode_s, decode_step_s=s.decode_step_s) for s in at[limit].samples]
             p = p.model_copy(update={"samples": samples})
         out.append(p)
     return prof.model_copy(update={"generation": out, "engine": engine})
@@ -42,7 +42,8 @@ def test_a_recorded_kv_cache_sets_the_limit_and_the_points_past_it_fit_as_its_ba
     fit = fit_profile(prof)
     g = fit.generation
     assert g.ceiling == "admission: KV cache" and g.admission_limit == 8 and "768 tokens" in g.admission_note
-    assert g.loo_max_abs_error < 0.05  # the points past 8 are fitted as what they are: batches of 8
+    # the points past 8, held out of the fit, are predicted as what they are: batches of 8
+    assert all(abs(e.loo_rel_error) < 0.02 for e in g.points if e.x > 8)
     assert [e.x for e in g.points] == list(CONCURRENCIES)  # the points keep their own concurrency
     # served tokens/s is flat past the limit
     pred = predict_from_profile(prof, concurrency=[8, 64, 128])
@@ -51,7 +52,7 @@ def test_a_recorded_kv_cache_sets_the_limit_and_the_points_past_it_fit_as_its_ba
 
 
 @pytest.mark.slow
-def test_without_the_limit_the_same_sweep_is_fitted_as_compute_bound_and_worse():
+def test_without_the_limit_the_same_sweep_is_fitted_worse():
     prof = _queued(8)
     blind = prof.model_copy(update={"generation": prof.generation})
     import throughputlab.fit.run as run
@@ -65,10 +66,10 @@ def test_without_the_limit_the_same_sweep_is_fitted_as_compute_bound_and_worse()
         without = fit_profile(blind)
     finally:
         run.admission_of = orig
-    assert without.generation.ceiling == "compute"
-    assert with_limit.generation.loo_max_abs_error < without.generation.loo_max_abs_error
-    phi = lambda f: next(e.value for e in f.generation.params if e.name == "phi_flops_per_s")  # noqa: E731
-    assert phi(without) < phi(with_limit)  # a plateau read as compute drags PHI down
+    assert not without.generation.ceiling.startswith("admission")
+    # flat steps and flat tokens/s past 8 fit no roofline: the blind fit misses the points it holds out
+    past = lambda f: max(abs(e.loo_rel_error) for e in f.generation.points if e.x > 8)  # noqa: E731
+    assert past(with_limit) < 0.05 < past(without)
 
 
 @pytest.mark.slow

@@ -88,11 +88,14 @@ def skipped_generation(backend: str, concurrency: Optional[list[int]], prompt_le
 
 def kv_limited(concurrency: Optional[list[int]], prompt_len: int, output_len: int,
                kv_tokens: Optional[int]) -> tuple[Optional[list[int]], list[int]]:
-    """(concurrencies whose requests all fit the engine's KV cache at once, those that do not)."""
+    """(concurrencies the engine can run, those it cannot). Past what its KV cache holds at once the
+    engine queues the rest and tokens/s stops growing: an admission plateau, measured as it is (the fit
+    takes the limit from the recorded KV cache); only a request longer than the whole cache cannot run."""
     if concurrency is None or not kv_tokens:
         return concurrency, []
-    fits = [c for c in concurrency if c * (prompt_len + output_len) <= kv_tokens]
-    return fits, [c for c in concurrency if c not in fits]
+    if prompt_len + output_len <= kv_tokens:
+        return concurrency, []
+    return [], list(concurrency)
 
 
 # ---------------------------------------------------------------- --resume
@@ -243,8 +246,8 @@ def _run_bench(spec: BenchSpec, run: RunOptions, hooks: Hooks = Hooks()) -> Prof
                                    output_len=gen.output_len, hygiene=m, hooks=hooks, extras=extras, layout=layout)
                     _skip(profile, run.output, skipped_generation(
                         backend.name, over, ctx, gen.output_len,
-                        f"not run: {ctx + gen.output_len} tokens per request past the engine's KV cache of "
-                        f"{kv_tokens} tokens at this concurrency", layout))
+                        f"not run: one request of {ctx + gen.output_len} tokens is past the engine's KV cache of "
+                        f"{kv_tokens} tokens", layout))
             finally:
                 backend.close()
             for ctx in too_long:

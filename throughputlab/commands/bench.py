@@ -78,7 +78,7 @@ def _shown(value) -> str:
 @spec_option("--contexts", "contexts", type=IntList(), metavar="LIST",
              help="The context axis: every concurrency at each of these prompt lengths, e.g. 128,512,2048 "
                   "(decode then reads a KV cache of that many tokens and more; prefill is timed at each length). "
-                  "Replaces --prompt-len. Points past the engine's KV cache or the model's length are skipped.")
+                  "Replaces --prompt-len. A length past the model's, or one request past the engine's whole KV cache, is skipped.")
 @spec_option("--seq-lens", "seq_lens", type=IntList(), metavar="LIST",
              help="Every training micro-batch at each of these sequence lengths, e.g. 128,512,1024 (replaces "
                   "--seq-len); lengths past the model's maximum are skipped.")

@@ -256,7 +256,11 @@ def fit_generation(points: list[GenPoint], costs: Costs, peaks: Peaks, warnings:
 
     An engine of several devices (tensor parallel) is fitted as one: its BW and PHI are the
     engine's, searched up to one device's peak times the device count; the all-reduces are in t0."""
-    obs = [gen_obs(p, admitted) for p in points]
+    every = [gen_obs(p, admitted) for p in points]
+    # points the engine held back ran as batches of what it admitted, whose timings mix the queue in: fitted on
+    # the others, and predicted (held out by construction) as those batches
+    obs = [o for o in every if o.c == o.requested]
+    obs = obs if len(obs) >= 3 else every
     has_steps = all(o.decode_step_s for o in obs)
     if probe_costs is not None and not (has_steps and all(o.probe_step_s for o in obs)):
         if any(o.probe_step_s for o in obs):
@@ -336,7 +340,12 @@ def fit_generation(points: list[GenPoint], costs: Costs, peaks: Peaks, warnings:
     probe_pts = [PointError(x=o.c, context_len=o.s, measured_s=o.probe_step_s,
                             fitted_s=rf.decode_step_s(o.c, o.s, spec.probe_costs, t0, bw, phi, p, ts, ba, bm))
                  for o in obs] if probe else []
-    loo_errs = [abs(e) for e in loo if e is not None]
+    for o in (o for o in every if o not in obs):
+        pred = _predict_gen_tps(costs, g.dec, g.pre, g.overhead, o)
+        pts.append(PointError(x=o.requested, context_len=o.s, measured_tokens_per_s=o.tokens_per_s,
+                              fitted_tokens_per_s=pred, loo_tokens_per_s=pred, loo_rel_error=pred / o.tokens_per_s - 1))
+    pts.sort(key=lambda e: (e.context_len, e.x))
+    loo_errs = [abs(e.loo_rel_error) for e in pts if e.loo_rel_error is not None]
     gen = GenerationFit(
         target=target, form=chosen, form_loo_mean_abs_error={k: v[3] for k, v in candidates.items()}, params=params,
         attention_note=attention_note(chosen, obs, candidates) + _kv_note(g.dec),

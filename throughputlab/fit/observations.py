@@ -49,17 +49,20 @@ def _probe_step_s(p: GenPoint) -> Optional[float]:
 
 def gen_obs(p: GenPoint, admitted: Optional[Callable[[int, int, int], int]] = None) -> GenObs:
     """The point as the fit sees it. Where the engine ran ``a = admitted(c, p, o)`` < c requests at once, the
-    c requests ran as c/a batches of a: tokens/s is a batch of a's, and each time is c/a such batches'."""
+    c requests ran as c/a batches of a: tokens/s is a batch of a's; the decode step, timed per step (or the
+    inter-token latency), is already one of a running; the time to the first token holds the queue's wait,
+    so it says nothing of a prefill and is left out."""
     tps = p.tokens_per_s
     split = [s.total_s - s.prefill_s - s.decode_s for s in p.samples
              if s.prefill_s is not None and s.decode_s is not None]
     c = p.concurrency
     a = min(c, max(int(admitted(c, p.prompt_len, p.output_len)), 1)) if admitted else c
-    per = (lambda t: None if t is None else t * a / c) if a < c else (lambda t: t)
+    queued = a < c
     return GenObs(c=a, p=p.prompt_len, o=p.output_len, tokens_per_s=tps,
-                  total_s=a * p.output_len / tps, decode_step_s=per(_mean_step_s(p)),
-                  prefill_s=per(p.prefill_s), overhead_s=per(statistics.median(split) if split else None), point=p,
-                  probe_step_s=per(_probe_step_s(p)), requested=c)
+                  total_s=a * p.output_len / tps, decode_step_s=_mean_step_s(p),
+                  prefill_s=None if queued else p.prefill_s,
+                  overhead_s=None if queued or not split else statistics.median(split), point=p,
+                  probe_step_s=_probe_step_s(p), requested=c)
 
 
 def resampled(p: GenPoint, rng: np.random.Generator, admitted=None) -> GenObs:
