@@ -18,7 +18,8 @@ PREFIX = {"verl": "verl", "nemo-rl": "nemo-rl", "openrlhf": "openrlhf", "trl": "
 
 
 def _runs() -> list[Path]:
-    return sorted(p for p in RUNS.iterdir() if p.is_dir()) if RUNS.is_dir() else []
+    """The run folders: each holds a published.yaml (models/ holds the model configs the runs need)."""
+    return sorted(p for p in RUNS.iterdir() if (p / "published.yaml").is_file()) if RUNS.is_dir() else []
 
 
 def _config_files() -> list[Path]:
