@@ -87,6 +87,7 @@ def test_the_rl_shapes_engine_settings_reach_a_predicted_engine(q7_8xh100):
     assert slow.gen_s > fast.gen_s and slow.train_s == pytest.approx(fast.train_s)
 
 
+@pytest.mark.slow
 def test_eager_mode_is_refused_on_a_measured_engine(tmp_path):
     from tests._synth import make_profile
 

@@ -89,6 +89,7 @@ def test_a_calibrated_prediction_does_not_borrow_the_published_spread():
     assert load_fit(pred).model.gen_spread is None
 
 
+@pytest.mark.slow
 def test_a_fitted_band_widens_with_the_noise_of_the_points():
     quiet = fit_profile(make_profile(noise=0.005, seed=1)).model
     noisy = fit_profile(make_profile(noise=0.08, seed=1)).model
