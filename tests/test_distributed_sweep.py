@@ -229,7 +229,7 @@ def test_two_nodes_through_nnodes_node_rank_and_rdzv_endpoint(tmp_path):
     node1 = (f"from pathlib import Path\n"
              f"from tests.test_distributed_sweep import _spec\n"
              f"from throughputlab.distributed.launch import run_training_ranks\n"
-             f"from throughputlab.distributed.records import DistributedSpec\n"
+             f"from throughputlab.records.distributed import DistributedSpec\n"
              f"r = run_training_ranks(_spec([2]), DistributedSpec(nproc_per_node=1, nnodes=2, node_rank=1, "
              f"rdzv_endpoint={endpoint!r}, comm_profile_steps=1), Path({str(tmp_path / 'node1' / 'p.json')!r}), "
              f"probe_microbench=False, timeout_s=300)\n"

@@ -84,7 +84,7 @@ class Efficiencies(BaseModel):
 
 DEFAULT_EFFICIENCIES = Efficiencies()
 
-# Decode/prefill defaults per device family, resolved from the datasheet row's key (hardware.peaks).
+# Decode/prefill defaults per device family, resolved from the datasheet row's key (records.peaks).
 # One row per family: (family, datasheet keys, engine or None for any, {field: value}, source). Each
 # value is a published measurement outside benchmarks/data/published/; a family without one keeps the
 # stated defaults and says so. Fields not named keep DEFAULT_EFFICIENCIES' values.
