@@ -44,7 +44,7 @@ from throughputlab.models import preset_names, resolve_model
 from throughputlab.models.spec import ModelSpec, spec_from_config
 from throughputlab.predict import Layout, predict_analytic
 from throughputlab.records.peaks import lookup
-from throughputlab.spread import Spread, conformal_band, device_family, kind_keys, matches, published_spread
+from throughputlab.spread import device_family, kind_keys, published_spread
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR = ROOT / "benchmarks" / "data" / "published"
@@ -522,13 +522,13 @@ def source_out_intervals(rows: list[dict]) -> list[tuple[dict, tuple[float, floa
         rr = rate_ratio(r)
         if rr is None:
             continue
-        others = [(spread_key(o), rate_ratio(o)) for o in rows if o["file"] != r["file"] and rate_ratio(o)]
-        for pattern in kind_keys(*_kind_args(r)):  # finest kind first
-            band = conformal_band([1.0 / x for k, x in others if matches(k, pattern)])
-            if band is not None:
-                sp = Spread(lo=band[0], hi=band[1], basis="")
-                out.append((r, (sp.time if r["metric"] in TIME_METRICS else sp.rate)(r["predicted"])))
-                break
+        others: dict[tuple, list[float]] = {}
+        for o in rows:
+            if o["file"] != r["file"] and rate_ratio(o):
+                others.setdefault(spread_key(o), []).append(rate_ratio(o))
+        sp = published_spread(*_kind_args(r), table=others)
+        if sp is not None:
+            out.append((r, (sp.time if r["metric"] in TIME_METRICS else sp.rate)(r["predicted"])))
     return out
 
 

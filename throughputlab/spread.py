@@ -95,13 +95,14 @@ def _label(pattern: tuple) -> str:
 
 
 def published_spread(phase: str, family: Optional[str], tp: int, level: float = LEVEL,
-                     leave_out: Optional[float] = None) -> Optional[Spread]:
+                     leave_out: Optional[float] = None, table: Optional[dict] = None) -> Optional[Spread]:
     """The band of the finest kind with enough published points. ``leave_out``: a predicted/published
-    ratio to drop once from every kind (a leave-one-out check of the band on its own points)."""
+    ratio to drop once from every kind (a leave-one-out check of the band on its own points); ``table``:
+    other ratios by kind than ``spread_data.PUBLISHED`` (a check leaving a whole source out)."""
     from throughputlab.spread_data import PUBLISHED, SOURCE
 
     for pattern in kind_keys(phase, family, tp):
-        ratios = [r for k, rs in PUBLISHED.items() if matches(k, pattern) for r in rs]
+        ratios = [r for k, rs in (PUBLISHED if table is None else table).items() if matches(k, pattern) for r in rs]
         if leave_out is not None and leave_out in ratios:
             ratios.remove(leave_out)
         band = conformal_band([1.0 / r for r in ratios], level)  # measured/predicted

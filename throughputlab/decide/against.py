@@ -266,7 +266,8 @@ def fit_calibration(check: LogCheck) -> Calibration:
     step = by.get("step")
     if not factors and step is not None and step.ratio is not None:
         return Calibration(log=check.log, factors={"step": step.ratio}, uncalibrated={}, step_only=True)
-    uncalibrated.pop("sync", None) if check.sync_in_gen else None
+    if check.sync_in_gen:  # the sync is inside the gen factor
+        uncalibrated.pop("sync", None)
     if not factors:
         raise UserError(f"--calibrate-from {check.log}: no phase both logged and modelled to fit a factor from "
                         "(--log-column PHASE=KEY names the log's keys)")
