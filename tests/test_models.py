@@ -19,6 +19,7 @@ from throughputlab.models.spec import experts_touched
     ("qwen2.5-32b", 32.5, 32.5),      # 32.5B
     ("qwen2.5-72b", 72.7, 72.7),      # 72.7B
     ("llama3.1-70b", 70.6, 70.6),     # 70.6B
+    ("deepseek-v3", 671, 37),         # model card: 671B total, 37B activated (the 14B MTP module not counted)
 ])
 def test_parameter_counts_match_published_sizes(name, total_b, active_b):
     s = resolve_model(name).spec
@@ -98,3 +99,35 @@ def test_a_hub_id_without_a_reachable_hub_fails_at_once(monkeypatch):
     monkeypatch.setattr(models, "_resolves", lambda host: host != "hub.invalid")
     with pytest.raises(UserError, match=r"not in the local Hugging Face cache, and the hub \(hub.invalid\) cannot"):
         resolve_model("no-such-org/no-such-model")
+
+
+def test_mla_caches_one_latent_per_layer_and_is_replicated_under_tp():
+    """DeepSeek-V3: vLLM's MLA cache holds kv_lora_rank + qk_rope_head_dim values per layer (one latent shared by
+    the 128 heads), 1/14 of what 128 K and V heads of 192 and 128 would take; tensor parallelism cannot split it."""
+    from throughputlab.roofline import Costs
+    from throughputlab.roofline.devices import tp_shard
+    s = resolve_model("deepseek-v3").spec
+    assert s.kv_bytes_per_token(2) == 61 * (512 + 64) * 2
+    assert s.attn_flops_per_ctx_token == 2 * 61 * 128 * (192 + 128)
+    assert s.moe.moe_layers == 61 - 3  # first_k_dense_replace
+    costs = Costs.from_spec(s, 2)
+    assert tp_shard(costs, 8).kv_bytes_per_token == costs.kv_bytes_per_token
+    assert tp_shard(costs, 8).weight_bytes == pytest.approx(costs.weight_bytes / 8)
+
+
+@pytest.mark.parametrize("q_lora_rank", [None, 24])
+def test_mla_and_moe_parameter_count_equals_the_transformers_model(q_lora_rank):
+    """A small DeepSeek-V3 config (MLA with and without the query's low rank, dense first layers, a shared
+    expert) built by transformers with random weights: spec_from_config counts its parameters exactly."""
+    transformers = pytest.importorskip("transformers")
+    from throughputlab.models.spec import spec_from_config
+    cfg = {"model_type": "deepseek_v3", "hidden_size": 64, "intermediate_size": 96, "moe_intermediate_size": 32,
+           "num_hidden_layers": 4, "first_k_dense_replace": 1, "num_attention_heads": 4, "num_key_value_heads": 4,
+           "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2, "n_group": 1, "topk_group": 1,
+           "kv_lora_rank": 16, "q_lora_rank": q_lora_rank, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4,
+           "v_head_dim": 8, "vocab_size": 100, "tie_word_embeddings": False, "max_position_embeddings": 128}
+    config = transformers.DeepseekV3Config(**{k: v for k, v in cfg.items() if k != "model_type"})
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    router_bias = sum(p.numel() for n, p in model.named_parameters() if "e_score_correction_bias" in n)
+    counted = sum(p.numel() for p in model.parameters()) - router_bias
+    assert spec_from_config(cfg, "mla-tiny", "folder").params_total == counted

@@ -73,6 +73,10 @@ class ModelSpec(Record):
     tie_word_embeddings: bool
     max_position_embeddings: Optional[int] = None
     moe: Optional[MoESpec] = None
+    # multi-head latent attention (DeepSeek-V2/V3, Kimi K2): one cached latent per layer of
+    # kv_lora_rank + qk_rope_head_dim values shared by every head (None: K and V per KV head)
+    kv_values_per_layer: Optional[int] = None
+    qk_head_dim: Optional[int] = None  # per-head query/key width when it differs from the value's (MLA)
 
     params_total: int
     params_active: int
@@ -133,7 +137,10 @@ class ModelSpec(Record):
                      * bytes_per_param)
 
     def kv_bytes_per_token(self, bytes_per_param: int) -> float:
-        """k: KV-cache bytes per context token (keys and values, every layer)."""
+        """k: KV-cache bytes per context token (keys and values, every layer); MLA caches one latent per
+        layer (vLLM's MLA cache: kv_lora_rank + qk_rope_head_dim values, no separate K and V)."""
+        if self.kv_values_per_layer:
+            return float(self.num_layers * self.kv_values_per_layer * bytes_per_param)
         return float(2 * self.num_layers * self.num_kv_heads * self.head_dim * bytes_per_param)
 
     @property
@@ -143,8 +150,9 @@ class ModelSpec(Record):
 
     @property
     def attn_flops_per_ctx_token(self) -> float:
-        """a: attention FLOPs per token of context (QK^T and AV, 2 FLOPs per multiply-add each)."""
-        return 4.0 * self.num_layers * self.num_heads * self.head_dim
+        """a: attention FLOPs per token of context (QK^T and AV, 2 FLOPs per multiply-add each); MLA
+        as its prefill and training run it (keys of qk_head_dim, values of head_dim per head)."""
+        return 2.0 * self.num_layers * self.num_heads * ((self.qk_head_dim or self.head_dim) + self.head_dim)
 
     def summary(self, bytes_per_param: int) -> dict[str, float]:
         return {
@@ -171,6 +179,25 @@ def _get(cfg: dict[str, Any], *names: str, default: Any = None) -> Any:
     return default
 
 
+def _mla(cfg: dict[str, Any], h: int, heads: int) -> Optional[tuple[int, int, int, int]]:
+    """Multi-head latent attention (DeepSeek-V2/V3; ``kv_lora_rank`` in the config): its parameters per
+    layer (query through a low-rank q_lora_rank when given, the joint KV down-projection with the rope key,
+    the up-projection to every head's key and value, the output), the values it caches per layer
+    (kv_lora_rank + qk_rope_head_dim), the query/key width and the value width per head. None: not MLA."""
+    if not cfg.get("kv_lora_rank"):
+        return None
+    rank, rope = int(cfg["kv_lora_rank"]), int(cfg.get("qk_rope_head_dim", 0) or 0)
+    nope, v = int(cfg.get("qk_nope_head_dim", 0) or 0), int(cfg.get("v_head_dim", 0) or 0)
+    if min(rank, nope, v) <= 0 or rope < 0:
+        raise UserError("model config with kv_lora_rank (multi-head latent attention) lacks qk_nope_head_dim or "
+                        "v_head_dim: give the config.json the model was released with")
+    qk = nope + rope
+    q_rank = int(cfg.get("q_lora_rank") or 0)
+    q = h * q_rank + q_rank + q_rank * heads * qk if q_rank else h * heads * qk
+    kv = h * (rank + rope) + rank + rank * heads * (nope + v)
+    return q + kv + heads * v * h, rank + rope, qk, v
+
+
 def spec_from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
     """Count parameters of a decoder-only transformer described by a Hugging Face config dict."""
     if "text_config" in cfg and "hidden_size" not in cfg:  # multimodal wrappers: the language model
@@ -190,12 +217,18 @@ def spec_from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
     if min(h, layers, heads, kv_heads, head_dim, inter, vocab) <= 0:
         raise UserError(f"model config for {name!r} has a non-positive dimension")
 
-    # Attention: q, k, v, o projections (+ biases for qwen2-style configs, + q/k norms for qwen3).
-    attn = h * heads * head_dim + 2 * h * kv_heads * head_dim + heads * head_dim * h
-    if cfg.get("attention_bias", model_type in ("qwen2", "qwen2_moe")):
-        attn += heads * head_dim + 2 * kv_heads * head_dim
-    if model_type.startswith("qwen3"):
-        attn += 2 * head_dim
+    mla = _mla(cfg, h, heads)
+    if mla is not None:
+        attn, kv_values, qk_dim, head_dim = mla
+        kv_heads = 1  # one latent serves every head: a single "KV head" (vLLM replicates it under TP)
+    else:
+        # Attention: q, k, v, o projections (+ biases for qwen2-style configs, + q/k norms for qwen3).
+        kv_values = qk_dim = None
+        attn = h * heads * head_dim + 2 * h * kv_heads * head_dim + heads * head_dim * h
+        if cfg.get("attention_bias", model_type in ("qwen2", "qwen2_moe")):
+            attn += heads * head_dim + 2 * kv_heads * head_dim
+        if model_type.startswith("qwen3"):
+            attn += 2 * head_dim
     norms = 2 * h
     gated = str(cfg.get("hidden_act", "silu")) in ("silu", "swiglu", "gelu_pytorch_tanh") or model_type in (
         "llama", "qwen2", "qwen3", "mistral", "qwen2_moe", "qwen3_moe", "mixtral", "gemma", "gemma2")
@@ -210,9 +243,14 @@ def spec_from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
         moe_inter = int(_get(cfg, "moe_intermediate_size", default=inter))
         step = int(cfg.get("decoder_sparse_step", 1) or 1)
         mlp_only = set(cfg.get("mlp_only_layers", []) or [])
-        moe_layer_ids = [i for i in range(layers) if i not in mlp_only and (i + 1) % step == 0]
+        first_moe = int(cfg.get("first_k_dense_replace", 0) or 0)  # DeepSeek: the first k layers are dense
+        freq = int(cfg.get("moe_layer_freq", 1) or 1)
+        moe_layer_ids = [i for i in range(layers) if i not in mlp_only and (i + 1) % step == 0
+                         and i >= first_moe and i % freq == 0]
         shared_inter = int(_get(cfg, "shared_expert_intermediate_size", default=0) or 0)
         shared = mlp_mats * h * shared_inter + (h if shared_inter else 0)  # shared expert and its gate
+        if not shared_inter and cfg.get("n_shared_experts"):  # DeepSeek: shared experts of the routed width, no gate
+            shared = int(cfg["n_shared_experts"]) * mlp_mats * h * moe_inter
         moe = MoESpec(num_experts=num_experts, top_k=top_k, moe_layers=len(moe_layer_ids),
                       expert_params=mlp_mats * h * moe_inter, shared_expert_params=shared,
                       router_params=h * num_experts)
@@ -231,6 +269,7 @@ def spec_from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
         name=name, source=source, model_type=model_type, hidden_size=h, num_layers=layers, num_heads=heads,
         num_kv_heads=kv_heads, head_dim=head_dim, intermediate_size=inter, vocab_size=vocab,
         tie_word_embeddings=tied, max_position_embeddings=cfg.get("max_position_embeddings"), moe=moe,
+        kv_values_per_layer=kv_values, qk_head_dim=qk_dim,
         params_total=embed + layers_total + head_extra, params_active=embed + layers_active + head_extra,
         params_embedding=embed, params_lm_head=lm_head,
         config={k: v for k, v in cfg.items() if not k.startswith("_")},
