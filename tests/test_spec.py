@@ -51,7 +51,7 @@ def test_sweep_lists_take_auto_lists_and_comma_text(value, expected):
     (lambda: parse_set("training.effective_lr=maybe"), "training.effective_lr=maybe: input should be a valid boolean"),
     (lambda: parse_set("device=gpu"), "must be auto, cpu, cuda or cuda:N"),
     (lambda: as_layer("options", {"measurement.rounds": 0}, {"measurement.rounds": "--rounds"}),
-     "--rounds: input should be greater than 0 (got 0)"),
+     "--rounds: measurement.rounds: input should be greater than 0 (got 0)"),
     (lambda: Layer("--spec f.yaml", {"measurement": {"max_cv": "high"}}), "--spec f.yaml: measurement.max_cv: "),
     (lambda: Layer("--spec f.yaml", {"py_spy": {"points": [1, 0]}}), "--spec f.yaml: py_spy.points[1]: input should "
                                                                       "be greater than 0"),

@@ -11,6 +11,7 @@ import click
 from throughputlab.commands.options import IntList, check_writable
 from throughputlab.errors import UserError
 from throughputlab.fit.schema import DEFAULT_BOOTSTRAP, DEFAULT_SEED
+from throughputlab.settings.options import layer_options
 
 
 @click.command(context_settings={"show_default": True})
@@ -67,62 +68,79 @@ def _past_knee_command(prof, result, path: Path) -> Optional[str]:
     return f"throughputlab bench --resume -o {shlex.quote(str(path))} -c {','.join(map(str, grown))}"
 
 
-@click.command(context_settings={"show_default": True})
-@click.option("--profile", "profile_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Predict from this profile's fitted model (fitted now if it has no fit).")
-@click.option("--model", "-m", default=None, help="Analytic prediction: a preset, model folder or hub id.")
-@click.option("--gpu", default=None, help="Analytic prediction: a device with a datasheet row (h200, a100 80gb, l4...).")
-@click.option("--dtype", default="bfloat16", help="Analytic prediction: weights and compute dtype.")
-@click.option("--calibrate", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Analytic prediction with the efficiencies fitted on this measured profile (another device).")
-@click.option("--concurrency", "-c", type=IntList(), default=None,
-              help="Concurrencies to predict [default: 1,2,4,...,512].")
-@click.option("--prompt-len", type=int, default=None, help="Prompt tokens [default: the profile's, or 512].")
-@click.option("--output-len", type=int, default=None, help="Output tokens [default: the profile's, or 512].")
-@click.option("--micro-batch", "-b", type=IntList(), default=None, help="Training micro-batches [default: 1,2,4,8,16].")
-@click.option("--seq-len", type=int, default=None, help="Training sequence length [default: the profile's, or 2048].")
-@click.option("--gpus", type=int, default=None,
-              help="Analytic prediction: devices in all [default: --tp, one engine]. Generation runs in GPUS/TP "
-                   "engines; training is FSDP over all of them.")
-@click.option("--tp", type=int, default=1, show_default=True,
-              help="Analytic prediction: tensor-parallel size of each generation engine (within a node).")
-@click.option("--nodes", type=int, default=1, show_default=True,
-              help="Analytic prediction: machines the GPUs are spread over (FSDP then crosses the network).")
-@click.option("--activation-checkpointing", is_flag=False, flag_value="full", default=None,
-              help="Analytic prediction: none, selective (the attention core recomputed, ~4% more FLOPs) or full "
-                   "(each block's forward recomputed: 4x instead of 3x forward FLOPs, far less activation memory); "
-                   "the bare flag means full.")
-@click.option("--engine", default="vllm", show_default=True,
-              help="Analytic prediction: the generation engine whose KV rule, caps and defaults apply "
-                   "(vllm, sglang, trtllm).")
-@click.option("--gpu-memory-utilization", "gpu_memory_utilization", type=float, default=None,
-              help="Analytic prediction: vLLM's gpu_memory_utilization (default 0.9); SGLang's mem_fraction_static; "
-                   "TensorRT-LLM's kv_cache_free_gpu_memory_fraction (default 0.9).")
-@click.option("--max-num-seqs", type=int, default=None,
-              help="Analytic prediction: sequences the engine runs at once [default: the engine's: vLLM 1024 on "
-                   "70+ GiB GPUs other than A100, else 256; SGLang from its KV pool; TensorRT-LLM 2048].")
-@click.option("--max-model-len", type=int, default=None,
-              help="Analytic prediction: the engine's max_model_len [default: the model's context limit, max_position_embeddings or as --rope-scaling stretches it].")
-@click.option("--kv-cache-gib", type=float, default=None,
-              help="Analytic prediction: the KV cache memory per GPU the engine logged (vLLM: 'Available KV cache "
-                   "memory'), instead of its rule.")
-@click.option("--kv-cache-dtype", default="auto", show_default=True,
-              help="Analytic prediction: auto (16-bit activations) or fp8 (half the KV bytes).")
-@click.option("--enforce-eager", is_flag=True,
-              help="Analytic prediction: no CUDA graphs (a larger fixed cost per decode step).")
-@click.option("--max-num-batched-tokens", type=int, default=None,
-              help="Analytic prediction: the chunked-prefill token budget per step [default: the engine's: vLLM "
-                   "8192 on 70+ GiB GPUs other than A100, else 2048; SGLang 8192; TensorRT-LLM 8192].")
-@click.option("--rope-scaling", default=None,
-              help="Analytic prediction: TYPE:FACTOR (yarn, linear or dynamic), as the engine's --hf-overrides "
-                   "rope_scaling: the context limit becomes max_position_embeddings x FACTOR, e.g. yarn:4 for "
-                   "Qwen's 128K contexts.")
+# flag (click parameter name) -> the predict settings key it sets; the settings model holds the defaults and help
+PREDICT_FLAGS = {
+    "profile_path": "profile", "model": "model", "gpu": "gpu", "dtype": "dtype", "calibrate": "calibrate",
+    "concurrency": "generation.concurrency", "prompt_len": "generation.prompt_len",
+    "output_len": "generation.output_len", "micro_batch": "training.micro_batches", "seq_len": "training.seq_len",
+    "gpus": "layout.gpus", "tp": "layout.tp", "nodes": "layout.nodes",
+    "activation_checkpointing": "layout.activation_checkpointing", "engine": "engine.engine",
+    "gpu_memory_utilization": "engine.gpu_memory_utilization", "max_num_seqs": "engine.max_num_seqs",
+    "max_model_len": "engine.max_model_len", "kv_cache_gib": "engine.kv_cache_gib",
+    "kv_cache_dtype": "engine.kv_cache_dtype", "enforce_eager": "engine.enforce_eager",
+    "max_num_batched_tokens": "engine.max_num_batched_tokens", "rope_scaling": "engine.rope_scaling",
+}
+
+
+def predict_option(*decls: str, **kw):
+    from throughputlab.settings.options import setting_option
+    from throughputlab.settings.predict import PredictSpec
+
+    return setting_option(PredictSpec, PREDICT_FLAGS[decls[-1]], *decls, **kw)
+
+
+@click.command()
+@layer_options("predict", "layout.tp=2, --set generation.concurrency=[1,8,64]")
+@predict_option("--profile", "profile_path", type=click.Path(dir_okay=False))
+@predict_option("--model", "-m", "model")
+@predict_option("--gpu", "gpu")
+@predict_option("--dtype", "dtype")
+@predict_option("--calibrate", "calibrate", type=click.Path(dir_okay=False))
+@predict_option("--concurrency", "-c", "concurrency", type=IntList())
+@predict_option("--prompt-len", "prompt_len", type=int)
+@predict_option("--output-len", "output_len", type=int)
+@predict_option("--micro-batch", "-b", "micro_batch", type=IntList())
+@predict_option("--seq-len", "seq_len", type=int)
+@predict_option("--gpus", "gpus", type=int)
+@predict_option("--tp", "tp", type=int)
+@predict_option("--nodes", "nodes", type=int)
+@predict_option("--activation-checkpointing", "activation_checkpointing", is_flag=False, flag_value="full")
+@predict_option("--engine", "engine", help="Analytic prediction: the generation engine whose KV rule, caps and "
+                "defaults apply (vllm, sglang, trtllm).")
+@predict_option("--gpu-memory-utilization", "gpu_memory_utilization", type=float, shown="the engine's",
+                help="Analytic prediction: vLLM's gpu_memory_utilization (default 0.9); SGLang's "
+                     "mem_fraction_static; TensorRT-LLM's kv_cache_free_gpu_memory_fraction (default 0.9).")
+@predict_option("--max-num-seqs", "max_num_seqs", type=int,
+                shown="the engine's: vLLM 1024 on 70+ GiB GPUs other than A100, else 256; SGLang from its KV pool; "
+                      "TensorRT-LLM 2048",
+                help="Analytic prediction: sequences the engine runs at once.")
+@predict_option("--max-model-len", "max_model_len", type=int,
+                shown="the model's context limit, max_position_embeddings or as --rope-scaling stretches it",
+                help="Analytic prediction: the engine's max_model_len.")
+@predict_option("--kv-cache-gib", "kv_cache_gib", type=float, shown="the engine's rule",
+                help="Analytic prediction: the KV cache memory per GPU the engine logged (vLLM: 'Available KV cache "
+                     "memory'), instead of its rule.")
+@predict_option("--kv-cache-dtype", "kv_cache_dtype",
+                help="Analytic prediction: auto (16-bit activations) or fp8 (half the KV bytes).")
+@predict_option("--enforce-eager", "enforce_eager", is_flag=True,
+                help="Analytic prediction: no CUDA graphs (a larger fixed cost per decode step).")
+@predict_option("--max-num-batched-tokens", "max_num_batched_tokens", type=int,
+                shown="the engine's: vLLM 8192 on 70+ GiB GPUs other than A100, else 2048; SGLang 8192; "
+                      "TensorRT-LLM 8192",
+                help="Analytic prediction: the chunked-prefill token budget per step.")
+@predict_option("--rope-scaling", "rope_scaling",
+                help="Analytic prediction: TYPE:FACTOR (yarn, linear or dynamic), as the engine's --hf-overrides "
+                     "rope_scaling: the context limit becomes max_position_embeddings x FACTOR, e.g. yarn:4 for "
+                     "Qwen's 128K contexts.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the prediction as a profile (kind=predicted) that `report` and `decide` read.")
-def predict(profile_path, model, gpu, dtype, calibrate, concurrency, prompt_len, output_len, micro_batch, seq_len,
-            gpus, tp, nodes, activation_checkpointing, engine, gpu_memory_utilization, max_num_seqs, max_model_len,
-            kv_cache_gib, kv_cache_dtype, enforce_eager, max_num_batched_tokens, rope_scaling, output) -> None:
+@click.pass_context
+def predict(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, ...], print_spec: bool,
+            output: Optional[Path], **flags) -> None:
     """Predict tokens/s where nothing was measured: from a fitted profile, or from a config and a datasheet.
+
+    The settings are one tree (`--print-spec` shows it), built in this order, later winning: the
+    defaults < --spec FILE < the flags below < --set KEY=VALUE.
 
     \b
     Examples:
@@ -132,15 +150,26 @@ def predict(profile_path, model, gpu, dtype, calibrate, concurrency, prompt_len,
       throughputlab predict --model qwen2.5-72b --gpu h100 --tp 2 -c 1,8,64
       throughputlab predict --model llama3.1-70b --gpu h100 --dtype fp8 --engine trtllm --kv-cache-dtype fp8
       throughputlab predict --model qwen3-30b-a3b --gpu h200 --gpus 8
+      throughputlab predict --model qwen2.5-7b --gpu h200 --set layout.tp=2 --print-spec > h200.yaml
     """
-    from throughputlab.predict_engine import EngineOptions
+    from throughputlab.settings import Settings
+    from throughputlab.settings.options import command_layers, given
+    from throughputlab.settings.options import print_spec as echo_spec
+    from throughputlab.settings.predict import PredictSpec
 
-    opts = EngineOptions(engine=engine, gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
-                         max_model_len=max_model_len, kv_cache_gib=kv_cache_gib, kv_cache_dtype=kv_cache_dtype,
-                         enforce_eager=enforce_eager, max_num_batched_tokens=max_num_batched_tokens,
-                         rope_scaling=rope_scaling)
-    _predict(profile_path, model, gpu, dtype, calibrate, concurrency, prompt_len, output_len, micro_batch, seq_len,
-             gpus, tp, nodes, activation_checkpointing, opts, output)
+    layers = command_layers(ctx, spec_file, "predict", given(ctx, flags), PREDICT_FLAGS, set_items)
+    spec = Settings(PredictSpec, "predict").resolve(layers)
+    if print_spec:
+        echo_spec(spec)
+        return
+    g, t, lay = spec.generation, spec.training, spec.layout
+    _predict(_path(spec.profile), spec.model, spec.gpu, spec.dtype, _path(spec.calibrate), g.concurrency, g.prompt_len,
+             g.output_len, t.micro_batches, t.seq_len, lay.gpus, lay.tp, lay.nodes, lay.activation_checkpointing,
+             spec.engine, output)
+
+
+def _path(p: Optional[str]) -> Optional[Path]:
+    return None if p is None else Path(p)
 
 
 def _predict(profile_path, model, gpu, dtype, calibrate, concurrency, prompt_len, output_len, micro_batch, seq_len,

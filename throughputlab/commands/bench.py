@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Optional
 
 import click
-from click.core import ParameterSource
 
 from throughputlab.commands.bench_output import RichHooks, print_ranks, print_scaling, print_summary
 from throughputlab.commands.options import IntList, check_writable, default_profile_name, parse_engine_args
 from throughputlab.errors import UserError
-from throughputlab.records.settings import DEFAULTS
+from throughputlab.records.settings import BenchSpec
+from throughputlab.settings.options import command_layers, flag_names, given, layer_options, print_spec, setting_option
 
 # flag (click parameter name) -> the spec key it sets; the spec holds the defaults
 SPEC_FLAGS = {
@@ -29,35 +29,20 @@ SPEC_FLAGS = {
     "seq_lens": "training.seq_lens", "served_model": "generation.served_model",
     "telemetry": "telemetry.enabled", "telemetry_hz": "telemetry.hz", "py_spy": "py_spy.enabled",
     "py_spy_points": "py_spy.points", "track_effective_lr": "training.effective_lr", "seed": "seed",
+    "nproc_per_node": "distributed.nproc_per_node", "nnodes": "distributed.nnodes",
+    "node_rank": "distributed.node_rank", "rdzv_endpoint": "distributed.rdzv_endpoint",
+    "activation_checkpointing": "distributed.activation_checkpointing", "collectives": "distributed.collectives",
+    "world_sizes": "distributed.world_sizes",
 }
 
 
 def spec_option(*decls: str, help: str, shown: Optional[str] = None, **kw):
     """A flag for one spec key: no default of its own (None: not given); the help shows the spec's."""
-    key = SPEC_FLAGS[decls[-1]]
-    value = DEFAULTS
-    for part in key.split("."):
-        value = getattr(value, part)
-    return click.option(*decls, default=None, help=f"{help} [{key}; default: {shown or _shown(value)}]", **kw)
-
-
-def _shown(value) -> str:
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    if isinstance(value, list):
-        return ",".join(map(str, value)) or "all"
-    if isinstance(value, dict):
-        return "none" if not value else ", ".join(f"{k}={v}" for k, v in value.items())
-    return "none" if value is None else str(value)
+    return setting_option(BenchSpec, SPEC_FLAGS[decls[-1]], *decls, help=help, shown=shown, **kw)
 
 
 @click.command()
-@click.option("--spec", "spec_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="A spec file (YAML, or JSON by a .json suffix) with any part of the settings tree.")
-@click.option("--set", "set_items", multiple=True, metavar="KEY=VALUE",
-              help="Set one spec key, dotted, with a YAML value: --set generation.prompt_len=256, "
-                   "--set generation.concurrency=[1,8,64] (repeatable; wins over --spec and the flags).")
-@click.option("--print-spec", is_flag=True, help="Print the resolved spec as YAML and exit (a template for --spec).")
+@layer_options("bench", "generation.prompt_len=256, --set generation.concurrency=[1,8,64]")
 @spec_option("--model", "-m", "model",
              help="Preset name (see `throughputlab models`), a Hugging Face model folder, or a hub id (org/name).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -126,26 +111,27 @@ def _shown(value) -> str:
              help="Only these concurrencies/micro-batches are profiled with --py-spy.")
 @spec_option("--effective-lr", "track_effective_lr", is_flag=True,
              help="Record ||dW||/||W|| per parameter group in training points.")
-@click.option("--nproc-per-node", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Training on N ranks per machine under PyTorch's launcher (torch.distributed.run) with FSDP2 "
-                   "(fully_shard per decoder block and the root; bf16 parameters, fp32 gradient reduction); NCCL "
-                   "on GPUs, gloo on CPU. Runs the training sweep only (--only train).")
-@click.option("--world-sizes", type=IntList(), default=None, metavar="LIST",
-              help="Training on this machine at each world size in turn, e.g. 1,2,4,8 (FSDP2 under "
-                   "torch.distributed.run, as --nproc-per-node), one profile each (OUTPUT.wsN.json); -b is then "
-                   "the micro-batch per rank, so every size trains the same per-rank batch (weak scaling), and "
-                   "the end prints tokens/s per device and the scaling efficiency against the smallest size.")
-@click.option("--nnodes", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Machines of the training run; start the same command on each with its --node-rank.")
-@click.option("--node-rank", type=click.IntRange(min=0), default=0, show_default=True, help="This machine's rank.")
-@click.option("--rdzv-endpoint", default=None, metavar="HOST:PORT",
-              help="Where the machines meet (node 0's address); needed with --nnodes above 1.")
-@click.option("--activation-checkpointing", is_flag=True,
-              help="With --nproc-per-node: recompute each decoder block's forward in the backward (non-reentrant).")
-@click.option("--collectives/--no-collectives", default=True, show_default=True,
-              help="With --nproc-per-node on one machine: time all-reduce, all-gather and reduce-scatter on the "
-                   "ranks' devices first (as `throughputlab hardware --collectives N`); the profile's hardware "
-                   "keeps them and the fit uses their rates.")
+@spec_option("--nproc-per-node", "nproc_per_node", type=click.IntRange(min=1),
+             help="Training on N ranks per machine under PyTorch's launcher (torch.distributed.run) with FSDP2 "
+                  "(fully_shard per decoder block and the root; bf16 parameters, fp32 gradient reduction); NCCL "
+                  "on GPUs, gloo on CPU. Runs the training sweep only (--only train). A bare --resume takes the "
+                  "ranks from the profile.")
+@spec_option("--world-sizes", "world_sizes", type=IntList(), metavar="LIST",
+             help="Training on this machine at each world size in turn, e.g. 1,2,4,8 (FSDP2 under "
+                  "torch.distributed.run, as --nproc-per-node), one profile each (OUTPUT.wsN.json); -b is then "
+                  "the micro-batch per rank, so every size trains the same per-rank batch (weak scaling), and "
+                  "the end prints tokens/s per device and the scaling efficiency against the smallest size.")
+@spec_option("--nnodes", "nnodes", type=click.IntRange(min=1),
+             help="Machines of the training run; start the same command on each with its --node-rank.")
+@spec_option("--node-rank", "node_rank", type=click.IntRange(min=0), help="This machine's rank.")
+@spec_option("--rdzv-endpoint", "rdzv_endpoint", metavar="HOST:PORT",
+             help="Where the machines meet (node 0's address); needed with --nnodes above 1.")
+@spec_option("--activation-checkpointing", "activation_checkpointing", is_flag=True,
+             help="With --nproc-per-node: recompute each decoder block's forward in the backward (non-reentrant).")
+@spec_option("--collectives/--no-collectives", "collectives",
+             help="With --nproc-per-node on one machine: time all-reduce, all-gather and reduce-scatter on the "
+                  "ranks' devices first (as `throughputlab hardware --collectives N`); the profile's hardware "
+                  "keeps them and the fit uses their rates.")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the HTML report here at the end.")
 @spec_option("--seed", "seed", type=int, help="Seed for weights and synthetic tokens.")
@@ -157,8 +143,6 @@ def _shown(value) -> str:
 @click.pass_context
 def bench(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, ...], print_spec: bool,
           output: Optional[Path], resume: bool, force: bool, report_path: Optional[Path], allocator: str,
-          nproc_per_node: int, nnodes: int, node_rank: int, rdzv_endpoint: Optional[str],
-          activation_checkpointing: bool, collectives: bool, world_sizes: Optional[list[int]],
           **flags) -> None:
     """Measure generation tokens/s against concurrency and training tokens/s against micro-batch.
 
@@ -187,24 +171,18 @@ def bench(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, .
 
     if resume and output is None:
         raise UserError("--resume needs --output PROFILE: the profile to continue")
-    flag_names = {p.name: p.opts[0] for p in ctx.command.params}
-    given = {name: value for name, value in flags.items()
-             if ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)}
-    if "engine_args" in given:
-        given["engine_args"] = parse_engine_args(given["engine_args"])
-    unused = _refuse_ignored(given, flag_names)
-    layers = [specs.read_spec_file(spec_file)] if spec_file is not None else []
-    layers.append(specs.as_layer("options", {SPEC_FLAGS[n]: v for n, v in given.items()},
-                                 {SPEC_FLAGS[n]: flag_names[n] for n in given}))
-    layers += [specs.parse_set(item) for item in set_items]
+    typed = given(ctx, flags)
+    if "engine_args" in typed:
+        typed["engine_args"] = parse_engine_args(typed["engine_args"])
+    unused = _refuse_ignored(typed, flag_names(ctx))
+    layers = command_layers(ctx, spec_file, "bench", typed, SPEC_FLAGS, set_items)
     from throughputlab.bench import RunOptions, resume_base, run_bench
 
     # --world-sizes writes one profile per size: a resumed run repeats the first run's options
+    world_sizes = typed.get("world_sizes")
     spec = specs.resolve(layers, base=resume_base(output) if resume and not world_sizes else None)
     if print_spec:
-        import yaml
-
-        click.echo(yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False, default_flow_style=None), nl=False)
+        _print_spec(spec)
         for note in unused:  # stdout is the spec file
             click.echo(note, err=True)
         return
@@ -212,40 +190,45 @@ def bench(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, .
                               in_process_only=spec.generation.backend == "hf" or spec.only == "train")
     run = RunOptions(output=output or default_profile_name(spec.model, spec.device), resume=resume, force=force,
                      command_line=["throughputlab", *sys.argv[1:]])
+    dist = spec.distributed
     check_writable(run.output)
     spec.check()
-    if not world_sizes and nnodes == 1:  # a later node's ranks resume from node 0's profile
+    if not dist.world_sizes and dist.nnodes == 1:  # a later node's ranks resume from node 0's profile
         run.check()
     if report_path is not None:
         check_writable(report_path, "--report")
     if note:  # printed once, on stdout, with the run's header, after every check of the input
         unused.append(note)
     layout = ranks = None
-    if world_sizes:
-        if nproc_per_node > 1 or nnodes > 1:
+    if dist.world_sizes:
+        if dist.nproc_per_node > 1 or dist.nnodes > 1:
             raise UserError("--world-sizes runs each size on this machine: drop --nproc-per-node and --nnodes")
         if spec.only != "train":
             raise UserError("--world-sizes sweeps the training ranks: add --only train")
         for note in unused:
             click.echo(note)
-        _world_sizes(spec, world_sizes, run, activation_checkpointing, collectives)
+        _world_sizes(spec, dist.world_sizes, run)
         return
-    if resume and nproc_per_node == 1 and nnodes == 1:  # a bare --resume continues on the ranks it ran on
-        nproc_per_node, activation_checkpointing = _stored_ranks(run.output, nproc_per_node, activation_checkpointing)
-    if nproc_per_node > 1 or nnodes > 1:
+    if resume and dist.nproc_per_node == 1 and dist.nnodes == 1:  # a profile older than the spec's ranks
+        spec = _stored_ranks(run.output, spec)
+        dist = spec.distributed
+    if resume and dist.nnodes > 1:
+        _check_node(layers, dist)
+    if dist.nproc_per_node > 1 or dist.nnodes > 1:
         from throughputlab.records.distributed import DistributedSpec
 
         if spec.only != "train":
             raise UserError("--nproc-per-node runs the training sweep on several ranks: add --only train "
                             "(measure generation in a run of its own)")
-        if nnodes > 1 and not rdzv_endpoint:
+        if dist.nnodes > 1 and not dist.rdzv_endpoint:
             raise UserError("--nnodes above 1 needs --rdzv-endpoint HOST:PORT (node 0's address)")
-        if node_rank >= nnodes:
-            raise UserError(f"--node-rank {node_rank} must be below --nnodes {nnodes}")
-        layout = DistributedSpec(nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank,
-                                 rdzv_endpoint=rdzv_endpoint, activation_checkpointing=activation_checkpointing,
-                                 collectives=collectives)
-    elif activation_checkpointing:
+        if dist.node_rank >= dist.nnodes:
+            raise UserError(f"--node-rank {dist.node_rank} must be below --nnodes {dist.nnodes}")
+        layout = DistributedSpec(nproc_per_node=dist.nproc_per_node, nnodes=dist.nnodes, node_rank=dist.node_rank,
+                                 rdzv_endpoint=dist.rdzv_endpoint,
+                                 activation_checkpointing=dist.activation_checkpointing,
+                                 collectives=dist.collectives)
+    elif dist.activation_checkpointing:
         raise UserError("--activation-checkpointing goes with --nproc-per-node (the FSDP2 trainer)")
     console = _console()
     replicas = spec.generation.data_parallel if spec.run_gen else 1
@@ -298,20 +281,36 @@ def bench(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, .
         console.print(f"report written to {report_path}", highlight=False)
 
 
-def _stored_ranks(path: Path, nproc_per_node: int, activation_checkpointing: bool) -> tuple[int, bool]:
-    """The FSDP ranks a profile's training ran on (they are not in the spec): a resumed run takes
-    them, one node; several nodes must be given again (their rendezvous is not stored)."""
+def _stored_ranks(path: Path, spec: BenchSpec) -> BenchSpec:
+    """A profile written before the spec held its ranks: the FSDP ranks its training points ran on.
+    One node only; several must be given again (their rendezvous is not in such a profile)."""
     from throughputlab.records.profile import Profile
 
     layouts = {(p.layout.world_size, p.layout.nodes, p.layout.activation_checkpointing)
                for p in Profile.load(path).training if p.layout is not None and p.layout.fsdp}
     if not layouts:
-        return nproc_per_node, activation_checkpointing
+        return spec
     world, nodes, ac = max(layouts)
     if nodes > 1:
         raise UserError(f"--resume: the profile's training ran on {world} ranks over {nodes} nodes: give --nnodes "
                         f"{nodes} --nproc-per-node {world // nodes} --node-rank N --rdzv-endpoint HOST:PORT again")
-    return world, activation_checkpointing or ac
+    dist = spec.distributed.model_copy(update={"nproc_per_node": world,
+                                                "activation_checkpointing": spec.distributed.activation_checkpointing
+                                                or ac})
+    return spec.model_copy(update={"distributed": dist})
+
+
+def _check_node(layers, dist) -> None:
+    """A resumed run over several machines: the stored spec is node 0's, so each machine names
+    itself and the meeting point again."""
+    from throughputlab.settings import flatten
+
+    typed = {k for layer in layers for k in flatten(layer.values)}
+    missing = [flag for key, flag in (("distributed.node_rank", "--node-rank N"),
+                                      ("distributed.rdzv_endpoint", "--rdzv-endpoint HOST:PORT")) if key not in typed]
+    if missing:
+        raise UserError(f"--resume over {dist.nnodes} nodes: give {' and '.join(missing)} again on each machine "
+                        "(the profile holds node 0's)")
 
 
 _PHASE_ONLY = {"generation": "train", "training": "gen"}
@@ -334,7 +333,7 @@ def _refuse_ignored(given: dict, flag_names: dict) -> list[str]:
     return notes
 
 
-def _world_sizes(spec, sizes: list[int], run, activation_checkpointing: bool, collectives: bool) -> None:
+def _world_sizes(spec, sizes: list[int], run) -> None:
     """The training sweep at each world size, one profile each; then the scaling table."""
     from throughputlab.distributed.launch import run_training_ranks
     from throughputlab.distributed.scaling import check_world_sizes, per_rank_micro_batches, world_size_output
@@ -352,8 +351,9 @@ def _world_sizes(spec, sizes: list[int], run, activation_checkpointing: bool, co
         out = outputs[n]
         spec_n = spec.model_copy(deep=True)
         spec_n.training.micro_batches = per_rank_micro_batches(spec.training.micro_batches, n)
-        layout = DistributedSpec(nproc_per_node=n, activation_checkpointing=activation_checkpointing,
-                                 collectives=collectives)
+        spec_n.distributed = spec.distributed.model_copy(update={"nproc_per_node": n, "world_sizes": None})
+        layout = DistributedSpec(nproc_per_node=n, activation_checkpointing=spec.distributed.activation_checkpointing,
+                                 collectives=spec.distributed.collectives)
         console.print(f"[bold]throughputlab bench[/]: model {spec.model}, {n} rank(s), profile -> {out}",
                       highlight=False)
         hooks = RichHooks(console)
@@ -373,6 +373,10 @@ def _world_sizes(spec, sizes: list[int], run, activation_checkpointing: bool, co
         if res.ranks is not None:
             print_ranks(console, res.ranks)
     print_scaling(console, profiles)
+
+
+def _print_spec(spec: BenchSpec) -> None:
+    print_spec(spec)
 
 
 def _console():

@@ -8,18 +8,35 @@ from typing import Any, Optional
 import click
 
 from throughputlab.errors import UserError
+from throughputlab.settings.options import layer_options
 
 COLUMN_KEYS = ("run", "batch", "lr", "samples", "step", "metric")
 ENGINE_KEYS = ("max_num_seqs", "max_model_len", "kv_cache_gib", "enforce_eager", "max_num_batched_tokens")
+# flag (click parameter name) -> the decide settings key it sets; the settings model holds the defaults
+DECIDE_FLAGS = {
+    "profile": "profile", "prompts": "prompts", "group": "group", "baseline": "baseline",
+    "prompt_len": "shape.prompt_len", "algo": "shape.algo", "overlap": "shape.overlap", "seed": "shape.seed",
+    "target": "samples.target", "direction": "samples.direction", "lr_ref": "lr.ref", "lr_rule": "lr.rule",
+    **{k: f"cluster.{k}" for k in ("gpus", "nodes", "placement", "gen_gpus", "engine_tp", "gpu_memory_utilization")},
+    "activation_checkpointing": "shape.train.activation_checkpointing", "partial_rollout": "shape.partial_rollout",
+    **{k: f"shape.engine.{k}" for k in ENGINE_KEYS},
+}
+# flags that set a section in their own way (they replace what the spec file gave there)
+SHAPED_FLAGS = ("response_lengths", "response_dist", "curves", "nstar", "columns")
 
 
-def _read_spec(path: Path) -> dict[str, Any]:
-    """A decide spec, read as every command reads one: JSON by a .json suffix, else YAML."""
-    from throughputlab.files import read_settings
+def settings():
+    from throughputlab.decide.calculator import DecideSpec
+    from throughputlab.settings import Settings
 
-    json_file = path.suffix.lower() == ".json"
-    what = f"a {'JSON' if json_file else 'YAML'} decide spec"
-    return read_settings(path, what, f"--spec {path}", yaml=not json_file)
+    return Settings(DecideSpec, "decide")
+
+
+def decide_option(*decls: str, **kw):
+    from throughputlab.decide.calculator import DecideSpec
+    from throughputlab.settings.options import setting_option
+
+    return setting_option(DecideSpec, DECIDE_FLAGS[decls[-1]], *decls, **kw)
 
 
 def _int_list(text: str, option: str) -> list[int]:
@@ -32,138 +49,115 @@ def _int_list(text: str, option: str) -> list[int]:
     return values
 
 
-def _set(d: dict, path: str, value: Any) -> None:
-    if value is None:
-        return
-    *parents, last = path.split(".")
-    for p in parents:
-        d = d.setdefault(p, {})
-        if not isinstance(d, dict):
-            raise UserError(f"--spec: {p} must be a mapping")
-    d[last] = value
+def flag_layer(flags: dict[str, Any], names: Optional[dict[str, str]] = None):
+    """The flags given (None: not given) as one settings layer; a flag that sets a whole section
+    (--response-lengths, --curves, --nstar) replaces what the spec file holds there."""
+    from throughputlab.settings import as_layer
 
-
-def _merged(base: dict, over: dict) -> dict:
-    out = dict(base)
-    for k, v in over.items():
-        out[k] = _merged(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
-
-
-def build_spec(spec_file: Optional[Path], base: Optional[dict] = None, **flags: Any):
-    """The DecideSpec: ``base`` (a run's --config), the spec file over it, the flags over both."""
-    from pydantic import ValidationError
-
-    from throughputlab.decide.calculator import DecideSpec
-
-    data = _merged(base or {}, _read_spec(spec_file) if spec_file else {})
-    f = flags
+    f = {k: v for k, v in flags.items() if v is not None and v != ()}
     if f.get("response_lengths") and f.get("response_dist"):
         raise UserError("give one of --response-lengths FILE and --response-dist, not both")
     if f.get("curves") and f.get("nstar"):
         raise UserError("give one of --curves CSV and --nstar, not both")
-    _set(data, "profile", f.get("profile"))
-    _set(data, "prompts", _int_list(f["prompts"], "--prompts") if f.get("prompts") else None)
-    _set(data, "group", f.get("group"))
-    _set(data, "baseline", f.get("baseline"))
-    _set(data, "shape.prompt_len", f.get("prompt_len"))
-    _set(data, "shape.algo", f.get("algo"))
-    _set(data, "shape.overlap", f.get("overlap"))
-    _set(data, "shape.seed", f.get("seed"))
-    if f.get("response_lengths"):
-        data.setdefault("shape", {})["response"] = {"file": f["response_lengths"]}
-    if f.get("response_dist"):
-        data.setdefault("shape", {})["response"] = {"dist": f["response_dist"]}
+    if f.get("activation_checkpointing") is False:  # the bare flag turns it on; absent, the spec decides
+        del f["activation_checkpointing"]
+    if "prompts" in f and isinstance(f["prompts"], str):
+        f["prompts"] = _int_list(f["prompts"], "--prompts")
+    flat = {DECIDE_FLAGS[k]: v for k, v in f.items() if k in DECIDE_FLAGS}
+    drops: list[str] = []
+    for flag, form in (("response_lengths", "file"), ("response_dist", "dist")):
+        if f.get(flag):
+            flat[f"shape.response.{form}"] = f[flag]
+            drops.append("shape.response")
     if f.get("curves"):
-        samples = data.setdefault("samples", {})
-        samples.pop("nstar", None)
-        samples.setdefault("curves", {})
-        if not isinstance(samples["curves"], dict):
-            raise UserError("--spec: samples.curves must be a mapping")
-        samples["curves"]["path"] = f["curves"]
+        flat["samples.curves.path"] = f["curves"]
+        drops.append("samples.nstar")
     if f.get("nstar"):
-        samples = data.setdefault("samples", {})
-        samples.pop("curves", None)
-        samples["nstar"] = f["nstar"]
-    _set(data, "samples.target", f.get("target"))
-    _set(data, "samples.direction", f.get("direction"))
+        flat["samples.nstar"] = f["nstar"]
+        drops.append("samples.curves")
     for item in f.get("columns") or ():
         key, eq, name = item.partition("=")
         if not eq or key not in COLUMN_KEYS or not name:
             raise UserError(f"--column {item!r}: use KEY=NAME with KEY one of {', '.join(COLUMN_KEYS)}")
-        _set(data, f"samples.curves.columns.{key}", name)
-    _set(data, "lr.ref", f.get("lr_ref"))
-    _set(data, "lr.rule", f.get("lr_rule"))
-    for key in ("gpus", "nodes", "placement", "gen_gpus", "engine_tp", "gpu_memory_utilization"):
-        _set(data, f"cluster.{key}", f.get(key))
-    if f.get("activation_checkpointing"):
-        _set(data, "shape.train.activation_checkpointing", True)
-    _set(data, "shape.partial_rollout", f.get("partial_rollout"))
-    for key in ENGINE_KEYS:
-        _set(data, f"shape.engine.{key}", f.get(key))
-    try:
-        return DecideSpec.model_validate(data)
-    except ValidationError as e:
-        err = e.errors()[0]
-        where = ".".join(str(x) for x in err["loc"]) or "the spec"
-        raise UserError(f"spec setting {where}: {err['msg']} ({e.error_count()} problem(s) in all)") from None
+        flat[f"samples.curves.columns.{key}"] = name
+    names = names or {k: "--" + k.replace("_", "-") for k in DECIDE_FLAGS}
+    return as_layer("options", flat, {DECIDE_FLAGS[k]: names[k] for k in f if k in DECIDE_FLAGS}, tuple(drops))
 
 
-@click.command(context_settings={"show_default": True})
-@click.option("--spec", "spec_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="RL shape and decision settings (YAML or JSON); the flags below override it.")
+def build_spec(spec_file: Optional[Path], base: Optional[dict] = None, set_items: tuple[str, ...] = (),
+               names: Optional[dict[str, str]] = None, **flags: Any):
+    """The DecideSpec, in layers: ``base`` (a run's --config) < the spec file < the flags < ``--set``."""
+    from throughputlab.settings import parse_set, read_spec_file
+
+    layers = [read_spec_file(spec_file, "decide")] if spec_file else []
+    layers.append(flag_layer(flags, names))
+    layers += [parse_set(item) for item in set_items]
+    return settings().resolve(layers, base)
+
+
+@click.command()
+@layer_options("decide", "shape.engine.max_num_seqs=256, --set cluster.placement=search")
 @click.option("--config", "config_file", default=None, metavar="FILE",
               help="The RL run's own launch config: veRL's YAML (or the log that prints it), a NeMo-RL recipe, an "
-                   "OpenRLHF command line, a TRL GRPOConfig. Its knobs become the settings below; the spec file and "
-                   "the flags override them.")
+                   "OpenRLHF command line, a TRL GRPOConfig. Its knobs become the settings below; the spec file, "
+                   "the flags and --set override them.")
 @click.option("--config-set", "config_sets", multiple=True, metavar="KEY=VALUE",
               help="An override of the config, as the framework's command line takes it (repeatable).")
 @click.option("--framework", type=click.Choice(["verl", "nemo-rl", "openrlhf", "trl"]), default=None,
               help="The config's framework. [default: from its content]")
-@click.option("--profile", "-p", default=None, help="Profile JSON, measured (`bench`) or predicted (`predict`).")
-@click.option("--prompts", default=None, help="Candidate prompts per step, e.g. 128,256,512,1024.")
-@click.option("--group", type=int, default=None, help="Responses per prompt (group size). [spec default: 8]")
-@click.option("--baseline", type=int, default=None, help="Baseline prompts per step. [default: the smallest]")
-@click.option("--prompt-len", type=int, default=None, help="Prompt tokens per request. [spec default: 512]")
-@click.option("--response-lengths", default=None, metavar="FILE", help="Observed response lengths (tokens), one per line.")
+@decide_option("--profile", "-p", "profile", help="Profile JSON, measured (`bench`) or predicted (`predict`).")
+@decide_option("--prompts", "prompts", shown="the batch sizes in the curves",
+               help="Candidate prompts per step, e.g. 128,256,512,1024.")
+@decide_option("--group", "group", type=int, help="Responses per prompt (group size).")
+@decide_option("--baseline", "baseline", type=int, shown="the smallest", help="Baseline prompts per step.")
+@decide_option("--prompt-len", "prompt_len", type=int, help="Prompt tokens per request.")
+@click.option("--response-lengths", default=None, metavar="FILE",
+              help="Observed response lengths (tokens), one per line. [shape.response.file]")
 @click.option("--response-dist", default=None, metavar="FORM",
-              help="lognormal:mean=..,sigma=..,max=.. | uniform:min=..,max=.. | fixed:len=..")
-@click.option("--curves", default=None, metavar="CSV", help="Learning curves, one row per logged step.")
-@click.option("--target", type=float, default=None, help="Metric value to reach (with --curves).")
-@click.option("--direction", type=click.Choice(["max", "min"]), default=None, help="Whether the metric rises or falls to the target. [spec default: max]")
+              help="lognormal:mean=..,sigma=..,max=.. | uniform:min=..,max=.. | fixed:len=.. [shape.response.dist; "
+                   "default: lognormal:mean=512,sigma=0.6,max=2048]")
+@click.option("--curves", default=None, metavar="CSV",
+              help="Learning curves, one row per logged step. [samples.curves.path]")
+@decide_option("--target", "target", type=float, help="Metric value to reach (with --curves).")
+@decide_option("--direction", "direction", type=click.Choice(["max", "min"]),
+               help="Whether the metric rises or falls to the target.")
 @click.option("--column", "columns", multiple=True, metavar="KEY=NAME",
-              help="Curves column names, KEY in run, batch, lr, samples, step, metric (repeatable).")
-@click.option("--nstar", default=None, metavar="FORM", help="flat[:N=..,lo=..,hi=..] | mcandlish:N_min=..,B_noise=..")
-@click.option("--lr-ref", type=float, default=None, help="Learning rate tuned at the baseline batch.")
-@click.option("--lr-rule", type=click.Choice(["sqrt", "linear", "none"]), default=None, help="Learning-rate retuning rule.")
-@click.option("--algo", type=click.Choice(["grpo", "ppo"]), default=None, help="PPO adds a critic. [spec default: grpo]")
-@click.option("--overlap", type=click.Choice(["colocated", "separate", "off-policy"]), default=None,
-              help="Phases in sequence on shared or separate devices, or one-step off-policy overlap. [spec default: colocated]")
-@click.option("--seed", type=int, default=None, help="Seed for the response lengths drawn per batch.")
-@click.option("--gpus", type=int, default=None, help="Devices in the cluster. [default: the profile's]")
-@click.option("--nodes", type=int, default=None, help="Machines the devices are spread over. [default: 1]")
-@click.option("--placement", type=click.Choice(["colocated", "split", "search"]), default=None,
-              help="colocated: every device generates, then every device trains (veRL's hybrid engine); split: "
-                   "--gen-gpus generate while the rest train, one step off-policy; search: every placement and "
-                   "engine size that fits, ranked by time-to-target. [default: colocated]")
-@click.option("--gen-gpus", type=int, default=None, help="Split placement: devices that generate.")
-@click.option("--engine-tp", type=int, default=None, help="Devices per generation engine. [default: the profile's]")
-@click.option("--gpu-memory-utilization", type=float, default=None,
-              help="The engines' share of device memory (KV cache = share - weights). [default: 0.5 colocated, "
-                   "0.9 split]")
-@click.option("--max-num-seqs", type=int, default=None,
-              help="Sequences an engine runs at once (rollout.max_num_seqs). [default: 1024, veRL's]")
-@click.option("--max-model-len", type=int, default=None,
-              help="The engines' max_model_len (sizes vLLM's profile run). [default: the profile's engine's]")
-@click.option("--max-num-batched-tokens", type=int, default=None,
-              help="The chunked-prefill token budget per engine step. [default: the profile's engine's]")
-@click.option("--kv-cache-gib", type=float, default=None,
-              help="The KV-cache memory per GPU the engine logged, instead of the engine's rule.")
-@click.option("--enforce-eager/--no-enforce-eager", default=None,
-              help="Engines without CUDA graphs (rollout.enforce_eager): the launches of every layer in each decode "
-                   "step. A predicted profile's engine only. [default: as the profile's engine]")
-@click.option("--activation-checkpointing", is_flag=True, default=None,
-              help="Training recomputes each block's forward (veRL's default): 4x instead of 3x forward FLOPs.")
+              help="Curves column names, KEY in run, batch, lr, samples, step, metric (repeatable). "
+                   "[samples.curves.columns.KEY]")
+@click.option("--nstar", default=None, metavar="FORM",
+              help="flat[:N=..,lo=..,hi=..] | mcandlish:N_min=..,B_noise=.. [samples.nstar; default: flat]")
+@decide_option("--lr-ref", "lr_ref", type=float, shown="the baseline's",
+               help="Learning rate tuned at the baseline batch.")
+@decide_option("--lr-rule", "lr_rule", type=click.Choice(["sqrt", "linear", "none"]),
+               help="Learning-rate retuning rule.")
+@decide_option("--algo", "algo", type=click.Choice(["grpo", "ppo"]), help="PPO adds a critic.")
+@decide_option("--overlap", "overlap", type=click.Choice(["colocated", "separate", "off-policy"]),
+               help="Phases in sequence on shared or separate devices, or one-step off-policy overlap.")
+@decide_option("--seed", "seed", type=int, help="Seed for the response lengths drawn per batch.")
+@decide_option("--gpus", "gpus", type=int, shown="the profile's", help="Devices in the cluster.")
+@decide_option("--nodes", "nodes", type=int, help="Machines the devices are spread over.")
+@decide_option("--placement", "placement", type=click.Choice(["colocated", "split", "search"]),
+               help="colocated: every device generates, then every device trains (veRL's hybrid engine); split: "
+                    "--gen-gpus generate while the rest train, one step off-policy; search: every placement and "
+                    "engine size that fits, ranked by time-to-target.")
+@decide_option("--gen-gpus", "gen_gpus", type=int, help="Split placement: devices that generate.")
+@decide_option("--engine-tp", "engine_tp", type=int, shown="the profile's", help="Devices per generation engine.")
+@decide_option("--gpu-memory-utilization", "gpu_memory_utilization", type=float,
+               shown="0.5 colocated, 0.9 split",
+               help="The engines' share of device memory (KV cache = share - weights).")
+@decide_option("--max-num-seqs", "max_num_seqs", type=int, shown="1024, veRL's",
+               help="Sequences an engine runs at once (rollout.max_num_seqs).")
+@decide_option("--max-model-len", "max_model_len", type=int, shown="the profile's engine's",
+               help="The engines' max_model_len (sizes vLLM's profile run).")
+@decide_option("--max-num-batched-tokens", "max_num_batched_tokens", type=int, shown="the profile's engine's",
+               help="The chunked-prefill token budget per engine step.")
+@decide_option("--kv-cache-gib", "kv_cache_gib", type=float, shown="the engine's rule",
+               help="The KV-cache memory per GPU the engine logged, instead of the engine's rule.")
+@decide_option("--enforce-eager/--no-enforce-eager", "enforce_eager", shown="as the profile's engine",
+               help="Engines without CUDA graphs (rollout.enforce_eager): the launches of every layer in each "
+                    "decode step. A predicted profile's engine only.")
+@decide_option("--activation-checkpointing", "activation_checkpointing", is_flag=True,
+               help="Training recomputes each block's forward (veRL's default): 4x instead of 3x forward FLOPs.")
 @click.option("--against", default=None, metavar="LOG",
               help="RL run log (veRL JSONL, TRL trainer_state.json, CSV): per phase, its time beside the model's "
                    "for the same batch, response lengths and devices, and the ratio.")
@@ -178,14 +172,20 @@ def build_spec(spec_file: Optional[Path], base: Optional[dict] = None, **flags: 
 @click.option("--against-prompts", type=int, default=None,
               help="Prompts per step of the --against run when it differs from the --calibrate-from run's: a "
                    "calibration checked at another batch size.")
-@click.option("--partial-rollout", type=float, default=None, metavar="OVER",
-              help="Partial rollouts (APRIL): OVER more prompts in flight as a share of the batch (0.25: 25%), "
-                   "generation ends when the batch is done, unfinished responses resume next step. [default: 0]")
+@decide_option("--partial-rollout", "partial_rollout", type=float, metavar="OVER",
+               help="Partial rollouts (APRIL): OVER more prompts in flight as a share of the batch (0.25: 25%), "
+                    "generation ends when the batch is done, unfinished responses resume next step.")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write the decision as JSON.")
 @click.option("--html", "html_out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write an HTML report.")
-def decide(spec_file: Optional[Path], json_out: Optional[Path], html_out: Optional[Path], config_file: Optional[str],
+@click.pass_context
+def decide(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, ...], print_spec: bool,
+           json_out: Optional[Path], html_out: Optional[Path], config_file: Optional[str],
            config_sets: tuple[str, ...], framework: Optional[str], **flags) -> None:
     """Which RL batch size reaches the target reward soonest: T(B) = N*(B) / q(B).
+
+    The settings are one tree (`--print-spec` shows it), built in this order, later winning: the
+    defaults < --config FILE (the run's launch config) < --spec FILE < the flags below < --set
+    KEY=VALUE. The run-log flags (--against, --calibrate-from, ...) are outside it.
 
     \b
     Example:
@@ -196,6 +196,8 @@ def decide(spec_file: Optional[Path], json_out: Optional[Path], html_out: Option
     from throughputlab.decide.against import LOG_FLAGS, LogChecks
     from throughputlab.decide.calculator import decide_from_spec
     from throughputlab.decide.report import decision_section, decision_text, placements_section, placements_text
+    from throughputlab.settings.options import flag_names, given
+    from throughputlab.settings.options import print_spec as echo_spec
 
     logs = {k: flags.pop(k) for k in LOG_FLAGS}
     base = None
@@ -203,10 +205,13 @@ def decide(spec_file: Optional[Path], json_out: Optional[Path], html_out: Option
         from throughputlab.decide import runconfig
 
         base, lines = runconfig.read(config_file, config_sets, framework)
-        click.echo("\n".join(lines) + "\n")
+        click.echo("\n".join(lines) + "\n", err=print_spec)  # with --print-spec, stdout is the spec file
     elif config_sets or framework:
         raise UserError("--config-set and --framework go with --config FILE (the run's launch config)")
-    spec = build_spec(spec_file, base, **flags)
+    spec = build_spec(spec_file, base, set_items, flag_names(ctx), **given(ctx, flags))
+    if print_spec:
+        echo_spec(spec)
+        return
     checks = LogChecks(spec, **logs) if any(logs.values()) else None
     if checks is not None:
         spec = checks.spec

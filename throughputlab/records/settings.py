@@ -131,6 +131,20 @@ class PySpy(_Section):
     points: list[PositiveInt] = []  # concurrencies/micro-batches to profile; empty: all
 
 
+class Distributed(_Section):
+    """Training on several ranks under PyTorch's launcher (torch.distributed.run) with FSDP2; in the
+    tree so that a resumed run takes the ranks from the stored spec. The ranks' side file records
+    the layout the points ran on, and the launcher compares a resumed run against it."""
+
+    nproc_per_node: PositiveInt = 1  # ranks per machine; 1: the training sweep in this process
+    nnodes: PositiveInt = 1
+    node_rank: Annotated[int, Field(ge=0)] = 0  # this machine's rank: each machine gives its own
+    rdzv_endpoint: Optional[str] = None  # HOST:PORT of node 0, where the machines meet (nnodes > 1)
+    activation_checkpointing: bool = False  # recompute each decoder block's forward in the backward
+    collectives: bool = True  # time the collectives on the ranks' devices before the sweep (one machine)
+    world_sizes: Lengths = None  # the training sweep at each world size in turn, one profile each
+
+
 T = TypeVar("T")
 # an empty section in YAML (`generation:` with every key commented out) reads as null
 Section = Annotated[T, BeforeValidator(lambda v: {} if v is None else v)]
@@ -149,6 +163,7 @@ class BenchSpec(_Section):
     measurement: Section[Measurement] = Measurement()
     telemetry: Section[Telemetry] = Telemetry()
     py_spy: Section[PySpy] = PySpy()
+    distributed: Section[Distributed] = Distributed()
 
     @property
     def run_gen(self) -> bool:
