@@ -23,7 +23,7 @@ from throughputlab.decide.calculator import DecideSpec, LRSpec, SamplesSpec, dec
 from throughputlab.decide.cluster import idle_shares
 from throughputlab.decide.curves import read_curves_csv
 from throughputlab.decide.logcheck import Calibration, LogCheck, PhaseCheck, check_text
-from throughputlab.decide.steptime import ResponseSpec, StepModel, StepTime, _passes_s
+from throughputlab.decide.steptime import ResponseSpec, StepModel, StepTime
 from throughputlab.errors import UserError
 from throughputlab.imports.runlog import RunLog, load_run_log, spread
 
@@ -117,8 +117,7 @@ def predicted_phases(steps: StepModel, st: StepTime) -> dict[str, float]:
 
 def _critic_forward_s(steps: StepModel, st: StepTime) -> float:
     """The value forward pass inside the step's critic time (as StepModel.step sums it)."""
-    per_device = -(-st.responses // st.train_devices)
-    return _passes_s(per_device, steps.critic_micro_batch, st.seq_len_mean, steps.critic_model.forward_s)
+    return steps.critic_forward_s(-(-st.responses // st.train_devices), st.seq_len_mean)
 
 
 def _missing_reason(phase: str) -> str:

@@ -61,6 +61,16 @@ class Placement(Record):
         return self.gen_gpus // self.tp
 
     @property
+    def train_nodes(self) -> int:
+        """Nodes the training devices span: all of them colocated; split, the fewest whole nodes that
+        hold them (frameworks give each pool its own nodes: veRL's resource pools, NeMo-RL's
+        generation.colocated.resources), so FSDP over one node's devices runs on that node's links."""
+        if self.kind == "colocated" or self.nodes <= 1:
+            return self.nodes
+        per_node = max(self.gpus // self.nodes, 1)
+        return min(self.nodes, -(-self.train_gpus // per_node))
+
+    @property
     def label(self) -> str:
         eng = f"{self.engines} engine{'s' if self.engines > 1 else ''} x TP {self.tp}"
         if self.kind == "colocated":
@@ -210,9 +220,9 @@ def training_model(model: ThroughputModel, pl: Placement, checkpointing: bool, s
     train = t.model_copy(update={"mem0_bytes": mem0, "mem_per_sample_bytes": per,
                                  "smallest_oom_micro_batch": t.smallest_oom_micro_batch if n == 1 else None})
     comm = model.comm
-    if comm is not None and model.source != "fit" and pl.nodes != model.nodes:
-        comm = relinked(comm, pl.nodes)
-    return model.model_copy(update={"train": train, "train_devices": n, "nodes": pl.nodes, "comm": comm,
+    if comm is not None and model.source != "fit" and pl.train_nodes != model.nodes:
+        comm = relinked(comm, pl.train_nodes)
+    return model.model_copy(update={"train": train, "train_devices": n, "nodes": pl.train_nodes, "comm": comm,
                                     "activation_checkpointing": checkpointing or model.activation_checkpointing})
 
 
@@ -240,7 +250,9 @@ def sync_s(model: ThroughputModel, pl: Placement, spec: ClusterSpec, link_bytes_
     if pl.kind == "colocated" and link_bytes_per_s is None:
         move = rf.device_copy_s(w / max(pl.tp, 1), d.bw_bytes_per_s)
     else:
-        rate = link_bytes_per_s or (comm.fsdp_busbw_bytes_per_s if comm is not None else None)
+        # split pools on nodes of their own: the weights cross the network between them
+        cross = comm if comm is None or model.source == "fit" or pl.nodes == model.nodes else relinked(comm, pl.nodes)
+        rate = link_bytes_per_s or (cross.fsdp_busbw_bytes_per_s if cross is not None else None)
         if rate is None:
             raise UserError("the weights cross devices but the profile has no link bandwidth: set "
                             "shape.sync.bytes_per_s (bytes/s) in the RL shape file")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from throughputlab import roofline as rf
 from throughputlab.rlconfig import RunConfig
 
 CANDIDATE_FACTORS = (1, 2, 4)  # the run's batch and two larger ones, unless --prompts says otherwise
@@ -51,6 +52,16 @@ def decide_data(rc: RunConfig) -> tuple[dict[str, Any], list[str], list[str]]:
         put("shape.train.micro_batch", rc.micro_batch_sequences_per_gpu, "sequences per micro-batch per GPU")
         put("shape.train.logprob_micro_batch", rc.logprob_micro_batch_sequences_per_gpu,
             "sequences per log-prob micro-batch per GPU")
+    else:
+        put("shape.train.token_budget", rc.token_budget_per_gpu, "tokens per GPU per update micro-batch (micro-batches "
+            "filled up to it)")
+        put("shape.train.logprob_token_budget", rc.logprob_token_budget_per_gpu,
+            "tokens per GPU per log-prob micro-batch")
+        if rc.critic:
+            put("shape.critic.token_budget", rc.critic_token_budget_per_gpu, "tokens per GPU per critic micro-batch")
+    padded = padded_seq_len(rc)
+    put("shape.train.padded_seq_len", padded, "remove_padding off: every sequence of a training or log-prob pass "
+        "padded to prompt cap + response cap")
     put("shape.train.old_logprob", rc.old_logprob, "the old policy's log-prob pass")
     put("shape.train.ref_logprob", rc.reference, "the reference model's pass")
     if rc.activation_checkpointing is not None:
@@ -73,16 +84,25 @@ def decide_data(rc: RunConfig) -> tuple[dict[str, Any], list[str], list[str]]:
     return data, used, _not_modelled(rc)
 
 
+def padded_seq_len(rc: RunConfig) -> Optional[int]:
+    """veRL without remove-padding pads every sequence to prompt cap + response cap
+    (:func:`roofline.padded_length`); None where sequences are packed or the caps are not stated."""
+    if rc.framework != "verl" or rc.remove_padding is not False:
+        return None
+    if not rc.prompt_tokens_max or not rc.response_tokens_max:
+        return None
+    return rf.padded_length(rc.prompt_tokens_max, rc.response_tokens_max)
+
+
 def _not_modelled(rc: RunConfig) -> list[str]:
     """Knobs that change the step but that the model cannot express, with what is predicted instead."""
     out = []
-    if rc.remove_padding is False:
-        out.append("remove_padding off: the framework pads every sequence to prompt + maximum response; predicted "
-                   "as packed sequences, so training is optimistic")
-    if rc.dynamic_batch:
-        budget = f" of {rc.token_budget_per_gpu} tokens" if rc.token_budget_per_gpu else ""
-        out.append(f"token-budget micro-batches{budget} per GPU: predicted as the largest micro-batch that fits the "
-                   "longest sequence")
+    if rc.remove_padding is False and padded_seq_len(rc) is None:
+        out.append("remove_padding off: this framework pads each micro-batch to its longest sequence; predicted as "
+                   "packed sequences, so training is optimistic")
+    if rc.dynamic_batch and not rc.token_budget_per_gpu:
+        out.append("token-budget micro-batches without a stated budget: predicted as the largest micro-batch that "
+                   "fits the longest sequence")
     if (rc.sequence_parallel or 1) > 1:
         out.append(f"sequence parallelism of {rc.sequence_parallel}: not modelled (training as FSDP alone)")
     if rc.param_offload or rc.optimizer_offload or rc.optimizer_on_cpu:

@@ -69,11 +69,15 @@ class TrainShape(_Spec):
     old_logprob: bool = True  # forward pass for the old policy's log-probs
     ref_logprob: bool = True  # forward pass of the reference model (KL term)
     activation_checkpointing: bool = False  # recompute each block's forward in the backward (veRL: on)
+    padded_seq_len: Optional[int] = Field(None, gt=0)  # every sequence padded to this many tokens (no remove-padding)
+    token_budget: Optional[int] = Field(None, gt=0)  # tokens per GPU per update micro-batch (dynamic batching)
+    logprob_token_budget: Optional[int] = Field(None, gt=0)  # the same for the log-prob passes
 
 
 class CriticShape(_Spec):
     model: str = "same"  # "same" as the policy, or a preset / model folder / hub id
     micro_batch: Optional[int] = None
+    token_budget: Optional[int] = Field(None, gt=0)  # tokens per GPU per micro-batch (dynamic batching)
 
 
 class SyncShape(_Spec):
@@ -199,7 +203,8 @@ class StepModel:
         self.cluster = cluster or ClusterSpec()
         self.on_gpu = on_gpu
         self.dist = shape.response.resolve()
-        self.train_seq_len = shape.prompt_len + self.dist.longest()  # memory must hold the longest sequence
+        # memory must hold the longest sequence (a padded pass: every sequence at the padded length)
+        self.train_seq_len = max(shape.prompt_len + self.dist.longest(), shape.train.padded_seq_len or 0)
         if placement is not None:
             model.require("decode")
             train_model = training_model(train_model or model, placement, shape.train.activation_checkpointing,
@@ -222,15 +227,20 @@ class StepModel:
                 raise UserError(f"{name} must be a positive integer, got {v}")
         if tr.mini_batch_samples is not None and tr.mini_batch_samples < 1:
             raise UserError(f"train.mini_batch_samples must be a positive integer, got {tr.mini_batch_samples}")
-        self.micro_batch = micro_batch_for(self.train_model, tr.micro_batch)
-        self.logprob_micro_batch = micro_batch_for(self.train_model, tr.logprob_micro_batch or self.micro_batch,
-                                                   "train.logprob_micro_batch")
+        budget = tr.token_budget
+        self.micro_batch = micro_batch_for(self.train_model, tr.micro_batch if not budget else
+                                           rf.budget_micro_batch(budget, self.train_seq_len))
+        lp_budget = tr.logprob_token_budget
+        self.logprob_micro_batch = micro_batch_for(
+            self.train_model, rf.budget_micro_batch(lp_budget, self.train_seq_len) if lp_budget else
+            tr.logprob_micro_batch or self.micro_batch, "train.logprob_micro_batch")
         self.critic_model: Optional[ThroughputModel] = None
         if shape.algo == "ppo":
             costs = critic_costs or self.train_model.costs
             self.critic_model = self.train_model.model_copy(update={"costs": costs})
             cs = shape.critic or CriticShape()
-            self.critic_micro_batch = micro_batch_for(self.train_model, cs.micro_batch or self.micro_batch,
+            cmb = rf.budget_micro_batch(cs.token_budget, self.train_seq_len) if cs.token_budget else cs.micro_batch
+            self.critic_micro_batch = micro_batch_for(self.train_model, cmb or self.micro_batch,
                                                       "critic.micro_batch")
         self.sync_s = self._sync_s()
 
@@ -253,10 +263,36 @@ class StepModel:
             return rf.device_copy_s(rf.all_weight_bytes(self.model.costs), d.bw_bytes_per_s, s.latency_s)
         return rf.transfer_s(rf.all_weight_bytes(self.model.costs), bw, s.latency_s)
 
+    def _launch_s(self, model: ThroughputModel, backward: bool) -> float:
+        """The per-layer launch cost of one pass (:func:`rf.pass_launch_s`) for an analytic profile; a
+        measured one holds its own in its fitted micro-step intercept."""
+        if model.source != "analytic":
+            return 0.0
+        return rf.pass_launch_s(model.costs.num_layers, backward, model.activation_checkpointing)
+
+    def _pass(self, model: ThroughputModel, backward: bool):
+        """One micro-batch's time (b sequences of s tokens): a forward, or forward and backward, plus its launches."""
+        launch, step = self._launch_s(model, backward), model.train_step_s if backward else model.forward_s
+        return lambda b, s: step(b, s) + launch
+
+    def _micro(self, budget: Optional[int], seq_len: float, fixed: int) -> int:
+        """A pass's sequences per micro-batch: filled up to the token budget at this step's mean length,
+        else the fixed micro-batch."""
+        return rf.budget_micro_batch(budget, seq_len) if budget else fixed
+
+    def _critic_micro(self, seq_len: float) -> int:
+        return self._micro((self.shape.critic or CriticShape()).token_budget, seq_len, self.critic_micro_batch)
+
+    def critic_forward_s(self, per_device: int, seq_len: float) -> float:
+        """The critic's value pass over ``per_device`` sequences of ``seq_len`` tokens (PPO)."""
+        assert self.critic_model is not None
+        return _passes_s(per_device, self._critic_micro(seq_len), seq_len, self._pass(self.critic_model, False))
+
     def _update_s(self, model: ThroughputModel, n: int, seq_len: float, mb: int, param_scale: float,
                   devices: int = 1) -> tuple[float, int]:
         """Epochs x mini-batches x micro-batches of gradient accumulation, optimizer step per mini-batch;
-        each mini-batch divided over ``devices`` data-parallel ranks."""
+        each mini-batch divided over ``devices`` data-parallel ranks; each micro-step pays its passes'
+        launches (:meth:`_launch_s`)."""
         tr = self.shape.train
         if tr.mini_batch_samples:
             sizes = [tr.mini_batch_samples] * (n // tr.mini_batch_samples)
@@ -266,7 +302,8 @@ class StepModel:
             k = min(tr.mini_batches, n)
             sizes = [n // k + (1 if i < n % k else 0) for i in range(k)]
         opt = model.train.optimizer_step_s * param_scale
-        one_epoch = sum(_passes_s(-(-m // devices), mb, seq_len, model.train_step_s) + opt for m in sizes)
+        one = self._pass(model, True)
+        one_epoch = sum(_passes_s(-(-m // devices), mb, seq_len, one) + opt for m in sizes)
         return tr.epochs * one_epoch, tr.epochs * len(sizes)
 
     def step(self, prompts: int, group: int, lengths: Optional[np.ndarray] = None) -> StepTime:
@@ -331,20 +368,23 @@ class StepModel:
         pl = self.placement
         roll = max(rolls, key=lambda r: r.wall_s)
         gen_mean = float(np.mean([r.wall_s for r in rolls]))
-        seq = p + float(np.mean(lengths))
-        tm = self.train_model
         tr = self.shape.train
+        # a padded pass computes every sequence at the padded length; a packed one at its own
+        seq = max(p + float(np.mean(lengths)), float(tr.padded_seq_len or 0))
+        tm = self.train_model
         dev = pl.train_gpus if pl is not None else 1
         per_dev = -(-n // dev)
         passes = int(tr.old_logprob) + int(tr.ref_logprob)
-        logprob = passes * _passes_s(per_dev, self.logprob_micro_batch, seq, tm.forward_s)
-        train, opt_steps = self._update_s(tm, n, seq, self.micro_batch, 1.0, dev)
+        mb = self._micro(tr.token_budget, seq, self.micro_batch)
+        lmb = self._micro(tr.logprob_token_budget, seq, self.logprob_micro_batch)
+        logprob = passes * _passes_s(per_dev, lmb, seq, self._pass(tm, False))
+        train, opt_steps = self._update_s(tm, n, seq, mb, 1.0, dev)
         critic = 0.0
         if self.critic_model is not None:
             cm = self.critic_model
             scale = rf.all_weight_bytes(cm.costs) / rf.all_weight_bytes(tm.costs)
-            critic = _passes_s(per_dev, self.critic_micro_batch, seq, cm.forward_s)
-            critic += self._update_s(cm, n, seq, self.critic_micro_batch, scale, dev)[0]
+            critic = self.critic_forward_s(per_dev, seq)
+            critic += self._update_s(cm, n, seq, self._critic_micro(seq), scale, dev)[0]
         learn = logprob + train + critic
         overlapped = self.shape.overlap == "off-policy" or (pl is not None and pl.kind == "split"
                                                             and self.shape.overlap != "separate")
@@ -356,7 +396,7 @@ class StepModel:
         return StepTime(prompts=prompts, group=group, responses=n,
                         overlap="off-policy" if overlapped else self.shape.overlap, gen_s=roll.wall_s,
                         logprob_s=logprob, train_s=train, critic_s=critic, sync_s=self.sync_s, step_s=total,
-                        micro_batch=self.micro_batch, optimizer_steps=opt_steps, seq_len_mean=seq, rollout=roll,
+                        micro_batch=mb, optimizer_steps=opt_steps, seq_len_mean=seq, rollout=roll,
                         placement=pl.label if pl is not None else None, engines=len(counts), engine_prompts=counts,
                         gen_engine_mean_s=gen_mean, train_devices=dev, idle_share=idle, prefix_sharing=share > 1)
 

@@ -160,12 +160,15 @@ def _actor(ctx: Ctx) -> None:
     _micro(ctx, A, "", "micro_batch_sequences_per_gpu", "token_budget_per_gpu",
            _dp(ctx, f"{A}.ulysses_sequence_parallel_size"), "policy update")
     ctx.str(f"{M}.path", "model")
-    ctx.bool(f"{M}.use_remove_padding", "remove_padding")
+    megatron = strategy == "megatron" or (strategy is None and ctx.has(f"{A}.megatron"))
+    pad = ctx.bool(f"{M}.use_remove_padding", "remove_padding")
     gc = ctx.bool(f"{M}.enable_gradient_checkpointing", note="activation checkpointing of every layer")
+    if not megatron:  # both keys act on the Hugging Face model that FSDP trains
+        pad = _default(ctx, f"{M}.use_remove_padding", pad, False, "remove_padding")
+        gc = _default(ctx, f"{M}.enable_gradient_checkpointing", gc, True)
     ctx.set("activation_checkpointing", None if gc is None else ("full" if gc else "none"),
             f"{M}.enable_gradient_checkpointing")
     ctx.int(f"{M}.lora_rank", "lora_rank", minimum=0)
-    megatron = strategy == "megatron" or (strategy is None and ctx.has(f"{A}.megatron"))
     if megatron:
         if ctx.has(f"{A}.fsdp_config"):
             ctx.ignore(f"{A}.fsdp_config", "unused: the actor trains with Megatron")
@@ -191,6 +194,24 @@ def _actor(ctx: Ctx) -> None:
     frac = ctx.float(f"{opt}.optimizer_offload_fraction", note="share of the optimizer step on the CPU", hi=1.0)
     if on_cpu is not None:
         ctx.set("optimizer_on_cpu", bool(on_cpu and (frac is None or frac > 0)), f"{opt}.optimizer_cpu_offload")
+
+
+# veRL's defaults for keys a config may leave out, as ppo_trainer.yaml sets them (actor_rollout_ref.model at
+# volcengine/verl 008db45; verl/trainer/config/model/hf_model.yaml at 17aa18c keeps both): gradient
+# checkpointing on, remove-padding off. Both act on the Hugging Face model definition, so FSDP only.
+DEFAULTS = {f"{M}.enable_gradient_checkpointing": True, f"{M}.use_remove_padding": False}
+
+
+def _default(ctx: Ctx, key: str, value: Optional[bool], default: bool, field: Optional[str] = None) -> bool:
+    """``value`` as read, or veRL's default where the config does not state the key (recorded as read,
+    saying it is the default)."""
+    if value is not None:
+        return value
+    assert DEFAULTS[key] == default
+    if field is not None:
+        ctx.fields[field] = default
+    ctx.note(key, default, f"not set: veRL's default {default} (ppo_trainer.yaml)")
+    return default
 
 
 def _kl_and_roles(ctx: Ctx) -> None:

@@ -8,7 +8,8 @@ and derive nothing themselves. Times in seconds, sizes in bytes. No torch, no sc
 
 ``core``: one device's step times and knees; ``memory``: memory lines and KV capacity;
 ``devices``: collectives, tensor-parallel sharding, FSDP; ``engine``: an inference engine's KV
-rules, admission and decode fixed costs. Import the names from here.
+rules, admission and decode fixed costs; ``training``: padded and packed passes, token-budget
+micro-batches and the per-layer launch cost of a training pass. Import the names from here.
 """
 
 from throughputlab.roofline.core import *  # noqa: F401,F403
@@ -16,3 +17,4 @@ from throughputlab.roofline.core import _out  # noqa: F401
 from throughputlab.roofline.devices import *  # noqa: F401,F403
 from throughputlab.roofline.engine import *  # noqa: F401,F403
 from throughputlab.roofline.memory import *  # noqa: F401,F403
+from throughputlab.roofline.training import *  # noqa: F401,F403

@@ -1,0 +1,119 @@
+"""Training as RL frameworks batch it: padded passes, token-budget micro-batches, the per-layer launch
+cost of an eager pass, and veRL's defaults for the keys a config leaves out."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from throughputlab import roofline as rf
+from throughputlab.decide import runconfig
+from throughputlab.decide.steptime import RLShape, StepModel
+from throughputlab.models import resolve_model
+from throughputlab.rlconfig import read_run_config
+from throughputlab.roofline import Costs
+from throughputlab.throughput import DecodeParams, ThroughputModel, TrainParams
+
+
+def model(source="analytic") -> ThroughputModel:
+    return ThroughputModel(
+        source=source, costs=Costs.from_spec(resolve_model("demo").spec, 4),
+        decode=DecodeParams(t0_s=2e-3, bw_bytes_per_s=10e9, phi_flops_per_s=80e9),
+        train=TrainParams(t0_s=0.01, phi_flops_per_s=50e9, optimizer_step_s=0.2, mem0_bytes=2e9,
+                          mem_per_sample_bytes=0.5e9, device_memory_bytes=8e9))
+
+
+def shape(**train) -> RLShape:
+    return RLShape.model_validate(dict(prompt_len=64, response={"dist": "fixed:len=32"}, train=train))
+
+
+# -- roofline ------------------------------------------------------------------------------------------------
+def test_launch_cost_grows_with_layers_and_passes():
+    fwd = rf.pass_launch_s(24)
+    assert fwd == pytest.approx(2 * rf.pass_launch_s(12))
+    # a backward launches about twice the forward's kernels; full checkpointing runs the forward again
+    assert rf.pass_launch_s(24, backward=True) == pytest.approx((1 + rf.BACKWARD_LAUNCH_RATIO) * fwd)
+    assert rf.pass_launch_s(24, True, "full") == pytest.approx((2 + rf.BACKWARD_LAUNCH_RATIO) * fwd)
+    assert rf.pass_launch_s(24, True, "selective") == rf.pass_launch_s(24, True, "none")
+    assert rf.pass_launch_s(None) == 0.0 and rf.pass_launch_s(0, True) == 0.0
+
+
+def test_budget_micro_batch_and_padded_length():
+    assert rf.budget_micro_batch(8000, 244.0) == 32
+    assert rf.budget_micro_batch(100, 244.0) == 1  # a sequence longer than the budget still runs alone
+    with pytest.raises(ValueError):
+        rf.budget_micro_batch(0, 10.0)
+    assert rf.padded_length(512, 256) == 768
+
+
+# -- the step model --------------------------------------------------------------------------------------------
+def test_a_padded_pass_computes_every_sequence_at_the_padded_length():
+    m = model()
+    packed = StepModel(m, shape(micro_batch=4)).step(8, 2)
+    padded = StepModel(m, shape(micro_batch=4, padded_seq_len=512)).step(8, 2)
+    assert packed.seq_len_mean == pytest.approx(96.0) and padded.seq_len_mean == 512
+    assert padded.train_s > 4 * packed.train_s and padded.logprob_s > 4 * packed.logprob_s
+    # a pad length below the real sequences changes nothing
+    assert StepModel(m, shape(micro_batch=4, padded_seq_len=50)).step(8, 2).train_s == pytest.approx(packed.train_s)
+
+
+def test_a_token_budget_sets_the_micro_batch_from_this_steps_lengths():
+    m = model()
+    st = StepModel(m, shape(token_budget=400, logprob_token_budget=1000)).step(10, 4)  # 40 sequences of 96
+    assert st.micro_batch == 4  # 400 // 96
+    fixed = StepModel(m, shape(micro_batch=4, logprob_micro_batch=10)).step(10, 4)
+    assert st.train_s == pytest.approx(fixed.train_s) and st.logprob_s == pytest.approx(fixed.logprob_s)
+
+
+def test_launches_are_paid_per_micro_batch_by_analytic_profiles_only():
+    one, many = (StepModel(model(), shape(micro_batch=mb)).step(8, 2) for mb in (12, 1))
+    f_one, f_many = (StepModel(model("fit"), shape(micro_batch=mb)).step(8, 2) for mb in (12, 1))
+    launch = model().costs.num_layers * rf.TRAIN_LAYER_LAUNCH_S * (1 + rf.BACKWARD_LAUNCH_RATIO)
+    # 16 sequences: 2 micro-batches of 12 against 16 of 1; a fitted profile's intercept holds its launches
+    assert (many.train_s - one.train_s) - (f_many.train_s - f_one.train_s) == pytest.approx(14 * launch)
+    ck = StepModel(model(), shape(micro_batch=1, activation_checkpointing=True)).step(8, 2)
+    assert ck.train_s > many.train_s
+
+
+# -- veRL's defaults and decide's reading -------------------------------------------------------------------
+def _verl(tmp_path, **model_keys) -> str:
+    tree = {"data": {"train_batch_size": 64, "max_prompt_length": 512, "max_response_length": 256},
+            "actor_rollout_ref": {"model": {"path": "Qwen/Qwen2.5-0.5B-Instruct", **model_keys},
+                                  "actor": {"strategy": "fsdp", "ppo_mini_batch_size": 16,
+                                            "ppo_micro_batch_size_per_gpu": 4},
+                                  "rollout": {"n": 2, "tensor_model_parallel_size": 1}},
+            "trainer": {"n_gpus_per_node": 8, "nnodes": 1}}
+    path = tmp_path / "verl.yaml"
+    path.write_text(yaml.safe_dump(tree))
+    return str(path)
+
+
+def test_verl_keys_left_out_take_verls_defaults(tmp_path):
+    rc = read_run_config(_verl(tmp_path))
+    assert rc.activation_checkpointing == "full" and rc.remove_padding is False
+    assert "default" in rc.knob("actor_rollout_ref.model.enable_gradient_checkpointing").note
+    stated = read_run_config(_verl(tmp_path, enable_gradient_checkpointing=False, use_remove_padding=True))
+    assert stated.activation_checkpointing == "none" and stated.remove_padding is True
+
+
+def test_decide_reads_padding_and_token_budgets_from_a_verl_config(tmp_path):
+    data, used, missing = runconfig.decide_data(read_run_config(_verl(tmp_path)))
+    assert data["shape"]["train"]["padded_seq_len"] == 512 + 256
+    assert data["shape"]["train"]["activation_checkpointing"] is True
+    assert not any("remove_padding" in m for m in missing)
+    packed, _, _ = runconfig.decide_data(read_run_config(_verl(tmp_path, use_remove_padding=True), (
+        "actor_rollout_ref.actor.use_dynamic_bsz=True", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=8000")))
+    assert "padded_seq_len" not in packed["shape"]["train"]
+    assert packed["shape"]["train"]["token_budget"] == 8000 and "micro_batch" not in packed["shape"]["train"]
+
+
+def test_split_training_devices_span_the_fewest_whole_nodes():
+    from throughputlab.decide.cluster import Placement
+
+    def nodes(kind, gpus, gen, nodes):
+        return Placement(kind=kind, gpus=gpus, gen_gpus=gen, train_gpus=gpus - gen if kind == "split" else gpus,
+                         tp=1, nodes=nodes).train_nodes
+    assert nodes("split", 16, 8, 2) == 1  # 8 + 8 on two nodes of 8: FSDP on one node's links
+    assert nodes("split", 32, 16, 4) == 2
+    assert nodes("split", 16, 4, 2) == 2  # 12 training devices need both nodes
+    assert nodes("colocated", 16, 16, 2) == 2

@@ -1,0 +1,62 @@
+"""How RL frameworks batch a training phase, and the fixed cost of each pass: padded or packed
+sequences, token-budget micro-batches, and the per-layer launch cost of an eager pass.
+
+Each rule is one function with its source (docs/model.md, "Training as frameworks batch it");
+``decide`` calls them and derives nothing itself. Times in seconds.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from throughputlab.roofline.core import recompute_passes
+from throughputlab.roofline.engine import EAGER_LAYER_S
+
+# An eager PyTorch forward pass costs ~0.34 ms per transformer layer of kernel launches and Python
+# when the device work per kernel is small (vllm-omni issue #7960: Qwen2.5-Omni-7B on A800, 28 layers,
+# 22-23 ms a decode step eager against 13 ms with CUDA graphs; the same figure decode_fixed_s uses).
+# A training framework's Hugging Face layer launches at least as many kernels as vLLM's fused one.
+TRAIN_LAYER_LAUNCH_S = EAGER_LAYER_S["vllm"]
+# The backward launches about two kernels per forward kernel: each weight GEMM has a data-gradient and
+# a weight-gradient GEMM, each elementwise op its own backward (the same 2x that makes training 3x the
+# forward's FLOPs, Kaplan et al. 2020).
+BACKWARD_LAUNCH_RATIO = 2.0
+
+
+def pass_launch_s(num_layers: Optional[int], backward: bool = False, recompute=False,
+                  layer_s: float = TRAIN_LAYER_LAUNCH_S) -> float:
+    """The launch cost of one micro-batch's pass through ``num_layers`` layers in eager PyTorch under
+    FSDP: ``layer_s`` per layer for the forward, BACKWARD_LAUNCH_RATIO times that for a backward, and
+    the forward again where checkpointing recomputes every block (``recompute``: none|selective|full;
+    selective recomputes the attention core alone, a few kernels, not counted).
+
+    It adds to the device time instead of hiding under it: every layer the host waits for the device
+    (FSDP's all-gather of the next layer is rate-limited on the previous one's events; flash-attention's
+    variable-length path reads the batch's longest sequence back to the host, ``.item()``), so the host
+    cannot run ahead. It matters where a layer's device work is short: small models, small micro-batches.
+    0 without a layer count."""
+    if not num_layers:
+        return 0.0
+    passes = 1.0
+    if backward:
+        dense, _ = recompute_passes(recompute)
+        passes += BACKWARD_LAUNCH_RATIO + dense
+    return float(num_layers * layer_s * passes)
+
+
+def padded_length(prompt_cap: int, response_cap: int) -> int:
+    """The tokens of every sequence of a pass that does not remove padding: veRL left-pads each prompt to
+    data.max_prompt_length and right-pads each response to rollout.response_length (its rollout pads the
+    batch's responses to the cap; use_remove_padding: False, ppo_trainer.yaml's default), so a pass
+    computes prompt cap + response cap tokens per sequence, whatever the real lengths."""
+    return int(prompt_cap) + int(response_cap)
+
+
+def budget_micro_batch(token_budget: int, seq_len: float) -> int:
+    """Sequences per micro-batch when micro-batches are filled up to a token budget per GPU (veRL
+    use_dynamic_bsz with ppo_max_token_len_per_gpu, NeMo-RL sequence packing with train_mb_tokens,
+    OpenRLHF --use_dynamic_batch): as many sequences of mean length ``seq_len`` as the budget holds,
+    at least one (veRL's rearrange_micro_batches asks for ceil(tokens / budget) micro-batches)."""
+    if token_budget < 1:
+        raise ValueError(f"a token budget must be positive, got {token_budget}")
+    return max(1, int(token_budget // max(seq_len, 1.0)))
