@@ -174,7 +174,7 @@ def test_the_environment_table_leaves_out_engine_figures_the_engine_does_not_hav
 
 @pytest.mark.slow
 def test_profiles_of_one_label_are_told_apart_by_their_files(tmp_path):
-    from throughputlab.report.figures import profile_label
+    from throughputlab.report.labels import profile_label
     from throughputlab.report.profile_report import tell_apart
 
     a, b = make_profile(concurrencies=(1, 2, 4), micro_batches=()), make_profile(concurrencies=(1, 4, 8), micro_batches=())

@@ -1,7 +1,7 @@
 """The attention's share of the decode step against concurrency: at each measured context and at a
 few longer ones (predicted), from the throughput model's ``attention_share``; with the fit's own
-statement of how the attention was charged. Text is escaped here (figures) or by page.py (notes,
-tables). No torch.
+statement of how the attention was charged. Text is escaped here (figures, with
+plotting.figure_text) or by page.py (notes, tables). No torch.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import pandas as pd
 from throughputlab import roofline as rf
 from throughputlab.fit.schema import FitResult
 from throughputlab.records.profile import Profile
-from throughputlab.report.figures import _grid, _layout, _t, contexts_of, profile_label, shade
+from throughputlab.report.labels import contexts_of, profile_label, shade
+from throughputlab.report.plotting import figure_text, grid, layout
 
 # longer prompts the share is predicted at: RL responses run to thousands of tokens
 PREDICTED_PROMPTS = (2048, 8192)
@@ -60,15 +61,15 @@ def attention_figure(items: list[tuple[Profile, Optional[FitResult], str]]):
             continue
         label = profile_label(p)
         c_max = max(g.concurrency for g in p.generation if g.status == "ok")
-        cs = _grid(1, c_max * 2)
+        cs = grid(1, c_max * 2)
         for i, (pl, ol, measured) in enumerate(contexts):
             share = m.attention_share(cs, rf.mean_context(pl, ol))
             fig.add_trace(go.Scatter(
-                x=cs, y=share, mode="lines", name=_t(f"{label}, {_name(pl, measured)}"),
+                x=cs, y=share, mode="lines", name=figure_text(f"{label}, {_name(pl, measured)}"),
                 line=dict(color=shade(color, i, len(contexts)), width=2, dash="solid" if measured else "dash"),
                 hovertemplate="concurrency %{x:.3g}<br>attention %{y:.1%} of the step<extra></extra>"))
-    fig = _layout(fig, "Attention's share of the decode step", "concurrency (sequences)",
-                  "attention time / decode step time", logy=False)
+    fig = layout(fig, "Attention's share of the decode step", "concurrency (sequences)",
+                 "attention time / decode step time", logy=False)
     fig.update_yaxes(range=[0, 1], tickformat=".0%")
     return fig
 

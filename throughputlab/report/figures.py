@@ -2,93 +2,40 @@
 measured prompt length), training tokens/s and memory, each with the model's curves (evaluated
 through the throughput model).
 
-Every string that comes from a profile and goes into a plotly figure is HTML-escaped here
-(plotly renders a subset of HTML in names and titles). No torch.
+Every string that comes from a profile and goes into a plotly figure is HTML-escaped here, with
+plotting.figure_text (plotly renders a subset of HTML in names and titles). Names, colours and
+contexts come from labels.py. No torch.
 """
 
 from __future__ import annotations
 
 from typing import Optional
 
-import numpy as np
-
 from throughputlab import roofline as rf
 from throughputlab.fit.schema import FitResult
 from throughputlab.records.profile import Profile
-from throughputlab.report.page import esc
-
-COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
-GiB = 2**30
-
-
-def _t(text: str) -> str:
-    """Text for a plotly figure: escaped, so a name holding markup is shown, never interpreted.
-
-    Only &, < and > are replaced: plotly parses tags only after '<', and shows &quot; literally."""
-    return esc(str(text), quote=False)
-
-
-def profile_label(p: Profile) -> str:
-    if p.kind in ("predicted", "imported"):
-        return f"{p.model.name} on {p.hardware.device_name} ({p.kind})"
-    backend = p.settings.gen_backend or p.settings.train_backend or ""
-    return f"{p.model.name} on {p.hardware.device_name}" + (f", {backend}" if backend else "")
-
-
-
-
-def _layout(fig, title: str, xtitle: str, ytitle: str, logx=True, logy=True):
-    fig.update_layout(title=_t(title), template="plotly_white", height=480, margin=dict(l=60, r=20, t=60, b=50),
-                      legend=dict(orientation="h", yanchor="top", y=-0.15, font=dict(size=11)))
-    fig.update_xaxes(title_text=_t(xtitle), type="log" if logx else "linear")
-    fig.update_yaxes(title_text=_t(ytitle), type="log" if logy else "linear")
-    return fig
+from throughputlab.report.labels import GiB, context_names, contexts_of, kv_concurrency, profile_label, shade
+from throughputlab.report.plotting import figure_text, grid, layout
 
 
 def _spread(samples: list[float], med: float) -> tuple[float, float]:
     return (max(samples) - med, med - min(samples)) if samples else (0.0, 0.0)
 
 
-def _grid(lo: float, hi: float, n: int = 80) -> np.ndarray:
-    return np.unique(np.round(np.geomspace(max(lo, 1), max(hi, lo + 1), n), 3))
-
-
 def _vline(fig, x: float, y0: float, y1: float, name: str, color: str, dash="dot", **kw):
     import plotly.graph_objects as go
 
-    fig.add_trace(go.Scatter(x=[x, x], y=[y0, y1], mode="lines", name=_t(name), line=dict(color=color, dash=dash, width=1.5),
-                             hovertemplate=f"{_t(name)}: %{{x:.3g}}<extra></extra>"), **kw)
+    fig.add_trace(go.Scatter(x=[x, x], y=[y0, y1], mode="lines", name=figure_text(name),
+                             line=dict(color=color, dash=dash, width=1.5),
+                             hovertemplate=f"{figure_text(name)}: %{{x:.3g}}<extra></extra>"), **kw)
 
 
 def _hline(fig, y: float, x0: float, x1: float, name: str, color: str, dash="dot", **kw):
     import plotly.graph_objects as go
 
-    fig.add_trace(go.Scatter(x=[x0, x1], y=[y, y], mode="lines", name=_t(name), line=dict(color=color, dash=dash, width=1.5),
-                             hovertemplate=f"{_t(name)}: %{{y:.4g}}<extra></extra>"), **kw)
-
-
-def contexts_of(points) -> list[tuple[int, int, list]]:
-    """The contexts a profile measured: (prompt_len, output_len, its points by concurrency), shortest first."""
-    groups: dict[tuple[int, int], list] = {}
-    for g in points:
-        groups.setdefault((g.prompt_len, g.output_len), []).append(g)
-    return [(pl, ol, sorted(pts, key=lambda g: g.concurrency)) for (pl, ol), pts in sorted(groups.items())]
-
-
-def context_names(groups) -> list[str]:
-    """'prompt N' per context (with the output length only where it differs between contexts)."""
-    outputs = {ol for _, ol, _ in groups}
-    return [f"prompt {pl}" + (f", output {ol}" if len(outputs) > 1 else "") for pl, ol, _ in groups]
-
-
-def shade(color: str, i: int, n: int) -> str:
-    """The i-th of n shades of a profile's color, darker to lighter: the contexts of one profile keep its hue."""
-    if n <= 1:
-        return color
-    t = -0.35 + 0.8 * i / (n - 1)  # below 0: toward black, above: toward white
-    rgb = [int(color[j:j + 2], 16) for j in (1, 3, 5)]
-    rgb = [round(v * (1 + t)) if t < 0 else round(v + (255 - v) * t) for v in rgb]
-    return "#" + "".join(f"{v:02x}" for v in rgb)
+    fig.add_trace(go.Scatter(x=[x0, x1], y=[y, y], mode="lines", name=figure_text(name),
+                             line=dict(color=color, dash=dash, width=1.5),
+                             hovertemplate=f"{figure_text(name)}: %{{y:.4g}}<extra></extra>"), **kw)
 
 
 SYMBOLS = ["circle", "square", "diamond", "triangle-up", "triangle-down", "pentagon", "star", "hexagon"]
@@ -116,20 +63,20 @@ def generation_figure(items: list[tuple[Profile, Optional[FitResult], str]]):
             symbol = SYMBOLS[i % len(SYMBOLS)] if many else "circle"
             fig.add_trace(go.Scatter(
                 x=[g.concurrency for g in ok], y=[g.tokens_per_s for g in ok], mode="markers",
-                name=_t(f"{name}: {'predicted' if predicted else 'measured median'}"),
+                name=figure_text(f"{name}: {'predicted' if predicted else 'measured median'}"),
                 marker=dict(color=col, size=9, symbol=symbol + ("-open" if predicted else "")),
                 error_y=dict(type="data", symmetric=False, array=list(up), arrayminus=list(down), visible=not predicted),
                 hovertemplate="concurrency %{x}<br>%{y:.4g} tokens/s<extra></extra>"))
             if m is None:
                 continue
             knee = None if many else m.knee(rf.mean_context(prompt_len, output_len))
-            cs = _grid(1, max(c_max * 2, (knee or 0) * 2))
+            cs = grid(1, max(c_max * 2, (knee or 0) * 2))
             fig.add_trace(go.Scatter(x=cs, y=m.generation_tokens_per_s(cs, prompt_len, output_len), mode="lines",
-                                     name=_t(f"{name}: {fit.method} model"), line=dict(color=col, width=2),
+                                     name=figure_text(f"{name}: {fit.method} model"), line=dict(color=col, width=2),
                                      hovertemplate="concurrency %{x:.3g}<br>%{y:.4g} tokens/s<extra></extra>"))
         if m is not None and not many:  # the asymptotes and knees of one context; with several they would crowd the plot
             _asymptotes(fig, m, groups[0], label, color, c_max, fit.generation.knee_range if fit.generation else None)
-    return _layout(fig, "Generation tokens/s against concurrency", "concurrency (sequences)", "output tokens/s")
+    return layout(fig, "Generation tokens/s against concurrency", "concurrency (sequences)", "output tokens/s")
 
 
 def _asymptotes(fig, m, group, label: str, color: str, c_max: int, knee_range=None) -> None:
@@ -142,10 +89,10 @@ def _asymptotes(fig, m, group, label: str, color: str, c_max: int, knee_range=No
     s = rf.mean_context(prompt_len, output_len)
     knee = m.knee(s)
     hi = max(c_max * 2, (knee or 0) * 2)
-    cs = _grid(1, hi)
+    cs = grid(1, hi)
     mem = cs / m.decode_terms_s(cs, s)[0]
     ceiling = m.decode_ceiling_tokens_per_s(s)
-    fig.add_trace(go.Scatter(x=cs, y=mem, mode="lines", name=_t(f"{label}: memory roofline c*BW/(W+c*s*k)"),
+    fig.add_trace(go.Scatter(x=cs, y=mem, mode="lines", name=figure_text(f"{label}: memory roofline c*BW/(W+c*s*k)"),
                              line=dict(color=color, dash="dot", width=1)))
     _hline(fig, ceiling, cs[0], cs[-1], f"{label}: compute ceiling " + ("1/((F+s*a)/PHI + t_seq)" if m.decode.t_seq_s else "PHI/(F+s*a)"), color, dash="dash")
     if knee_range is not None:
@@ -184,42 +131,34 @@ def step_figure(items: list[tuple[Profile, Optional[FitResult], str]]):
             pre = [(g.concurrency, g.prefill_s) for g in ok if g.prefill_s]
             if dec:
                 fig.add_trace(go.Scatter(x=[c for c, _ in dec], y=[t * 1e3 for _, t in dec], mode="markers",
-                                         name=_t(f"{name}: decode step"), marker=dict(color=col, size=9)))
+                                         name=figure_text(f"{name}: decode step"), marker=dict(color=col, size=9)))
             if pre:
                 fig.add_trace(go.Scatter(x=[c for c, _ in pre], y=[t * 1e3 for _, t in pre], mode="markers",
-                                         name=_t(f"{name}: prefill"), marker=dict(color=col, size=9, symbol="diamond-open")))
+                                         name=figure_text(f"{name}: prefill"), marker=dict(color=col, size=9, symbol="diamond-open")))
             ys += [t * 1e3 for _, t in dec + pre]
             if m is not None and m.decode is not None:
-                cs = _grid(1, c_hi)
+                cs = grid(1, c_hi)
                 s = rf.mean_context(prompt_len, output_len)
                 fig.add_trace(go.Scatter(x=cs, y=m.decode_step_s(cs, s) * 1e3, mode="lines",
-                                         name=_t(f"{name}: decode step ({fit.method})"), line=dict(color=col, width=2)))
+                                         name=figure_text(f"{name}: decode step ({fit.method})"), line=dict(color=col, width=2)))
                 fig.add_trace(go.Scatter(x=cs, y=m.prefill_s(cs, prompt_len) * 1e3, mode="lines",
-                                         name=_t(f"{name}: prefill ({fit.method})"), line=dict(color=col, width=1.5, dash="dash")))
+                                         name=figure_text(f"{name}: prefill ({fit.method})"), line=dict(color=col, width=1.5, dash="dash")))
         ys = ys or [1.0]
         probe = fit.generation.probe_points if fit is not None and fit.generation is not None else []
         for s in sorted({q.context_len for q in probe}):  # the overhead probe: a step apart from the weights and matmuls
             qs = sorted((q for q in probe if q.context_len == s), key=lambda q: q.x)
             at = f", context {s:.0f}" if many else ""
             fig.add_trace(go.Scatter(x=[q.x for q in qs], y=[q.measured_s * 1e3 for q in qs], mode="markers",
-                                     name=_t(f"{label}: overhead probe step{at}"), marker=dict(color=color, size=7, symbol="x")))
+                                     name=figure_text(f"{label}: overhead probe step{at}"), marker=dict(color=color, size=7, symbol="x")))
             fig.add_trace(go.Scatter(x=[q.x for q in qs], y=[q.fitted_s * 1e3 for q in qs], mode="lines",
-                                     name=_t(f"{label}: overhead probe step{at} (fit)"), line=dict(color=color, width=1, dash="dot")))
+                                     name=figure_text(f"{label}: overhead probe step{at} (fit)"), line=dict(color=color, width=1, dash="dot")))
         seq_tokens = max(pl + ol for pl, ol, _ in groups)
-        kv_c = _kv_concurrency(p, m, seq_tokens)
+        kv_c = kv_concurrency(p, m, seq_tokens)
         if kv_c is not None and kv_c <= 8 * c_hi:  # further out it only squashes the plot; the table states it
             at = f" at {seq_tokens} tokens" if many else ""
             _vline(fig, kv_c, min(ys) / 2, max(ys) * 2, f"{label}: KV-cache capacity ({kv_c:.4g} sequences{at})", color,
                    dash="longdash")
-    return _layout(fig, "Decode step and prefill time", "concurrency (sequences)", "time (ms)")
-
-
-def _kv_concurrency(p: Profile, m, seq_tokens: int) -> Optional[float]:
-    e = p.engine
-    if e is not None and e.max_concurrency:
-        return float(e.max_concurrency)
-    tokens = (e.kv_cache_tokens if e is not None else None) or (m.kv_cache_tokens if m is not None else None)
-    return tokens / seq_tokens if tokens else None
+    return layout(fig, "Decode step and prefill time", "concurrency (sequences)", "time (ms)")
 
 
 def training_figure(items: list[tuple[Profile, Optional[FitResult], str]]):
@@ -236,13 +175,13 @@ def training_figure(items: list[tuple[Profile, Optional[FitResult], str]]):
         meds = [t.tokens_per_s for t in ok]
         up, down = zip(*(_spread(t.tokens_per_s_samples, t.tokens_per_s) for t in ok))
         fig.add_trace(go.Scatter(x=[t.micro_batch for t in ok], y=meds, mode="markers",
-                                 name=_t(f"{label}: tokens/s"), marker=dict(color=color, size=9),
+                                 name=figure_text(f"{label}: tokens/s"), marker=dict(color=color, size=9),
                                  error_y=dict(type="data", symmetric=False, array=list(up), arrayminus=list(down))),
                       secondary_y=False)
         mem_pts = [(t.micro_batch, t.peak_mem_bytes / GiB) for t in ok if t.peak_mem_bytes]
         if mem_pts:
             fig.add_trace(go.Scatter(x=[b for b, _ in mem_pts], y=[g for _, g in mem_pts], mode="markers",
-                                     name=_t(f"{label}: peak memory"), marker=dict(color=color, size=8, symbol="square-open")),
+                                     name=figure_text(f"{label}: peak memory"), marker=dict(color=color, size=8, symbol="square-open")),
                           secondary_y=True)
         m = fit.model if fit else None
         if m is None or m.train is None:
@@ -250,15 +189,15 @@ def training_figure(items: list[tuple[Profile, Optional[FitResult], str]]):
         seq = ok[0].seq_len
         max_b = m.max_micro_batch()
         b_hi = max(max(t.micro_batch for t in ok) * 2, min(max_b or 0, 4096))
-        bs = _grid(1, b_hi)
+        bs = grid(1, b_hi)
         fig.add_trace(go.Scatter(x=bs, y=m.train_tokens_per_s(bs, seq), mode="lines",
-                                 name=_t(f"{label}: tokens/s ({fit.method})"), line=dict(color=color, width=2)),
+                                 name=figure_text(f"{label}: tokens/s ({fit.method})"), line=dict(color=color, width=2)),
                       secondary_y=False)
         t = m.train
         mem_line = m.memory_bytes(bs)
         if mem_line is not None:
             fig.add_trace(go.Scatter(x=bs, y=mem_line / GiB, mode="lines",
-                                     name=_t(f"{label}: memory line M0+b*m"), line=dict(color=color, width=1.5, dash="dash")),
+                                     name=figure_text(f"{label}: memory line M0+b*m"), line=dict(color=color, width=1.5, dash="dash")),
                           secondary_y=True)
         if t.device_memory_bytes:
             _hline(fig, t.device_memory_bytes / GiB, bs[0], bs[-1], f"{label}: device memory", color, dash="dot",
@@ -268,7 +207,7 @@ def training_figure(items: list[tuple[Profile, Optional[FitResult], str]]):
                    dash="dashdot", secondary_y=False)
     fig.update_yaxes(title_text="training tokens/s", type="log", secondary_y=False)
     fig.update_yaxes(title_text="peak memory (GiB)", type="linear", secondary_y=True, rangemode="tozero")
-    fig.update_layout(title=_t("Training tokens/s and peak memory against micro-batch"), template="plotly_white",
+    fig.update_layout(title=figure_text("Training tokens/s and peak memory against micro-batch"), template="plotly_white",
                       height=480, margin=dict(l=60, r=60, t=60, b=50),
                       legend=dict(orientation="h", yanchor="top", y=-0.15, font=dict(size=11)))
     fig.update_xaxes(title_text="micro-batch (sequences)", type="log")

@@ -1,5 +1,7 @@
-"""The report of one or more profiles: sections of figures (report/figures.py), tables
-(report/tables.py) and notes, rendered by report/page.py.
+"""The report of one or more profiles: sections of figures (report/figures.py, report/attention.py),
+tables (report/tables.py) and notes, rendered by report/page.py. The entry point: it hands the
+profiles down to those modules, which share only the leaves labels.py and plotting.py (and page.py)
+and never call one another, so the flow never returns to a module it has left.
 
 One color per profile (its prompt lengths in shades of it); several profiles are overlaid on the
 same axes (two GPUs, two models, vllm against hf). A profile's stored fit is shown; a profile without one is fitted with
@@ -17,15 +19,8 @@ from throughputlab.fit.load import load_or_fit
 from throughputlab.fit.schema import FitResult, micro_batch_statement
 from throughputlab.records.profile import Profile
 from throughputlab.report.attention import attention_figure, attention_notes, attention_table
-from throughputlab.report.figures import (  # noqa: F401  (figures re-exported for callers of this module)
-    COLORS,
-    _kv_concurrency,
-    contexts_of,
-    generation_figure,
-    profile_label,
-    step_figure,
-    training_figure,
-)
+from throughputlab.report.figures import generation_figure, step_figure, training_figure
+from throughputlab.report.labels import COLORS, contexts_of, kv_concurrency, profile_label
 from throughputlab.report.page import Section, render_html
 from throughputlab.report.tables import environment_table, fit_tables, points_tables
 
@@ -61,7 +56,7 @@ def build_sections(profiles: Sequence[Profile]) -> list[Section]:
         groups = contexts_of(g for g in p.generation if g.status == "ok")
         if groups:  # at the longest context, the one the cache binds first
             seq_tokens = max(pl + ol for pl, ol, _ in groups)
-            kv_c = _kv_concurrency(p, fit.model if fit else None, seq_tokens)
+            kv_c = kv_concurrency(p, fit.model if fit else None, seq_tokens)
             if kv_c is not None:
                 parts.append(f"KV cache holds {kv_c:,.0f} sequences of {seq_tokens} tokens")
         mb = micro_batch_statement(fit) if fit else None

@@ -10,7 +10,7 @@ import pandas as pd
 from throughputlab import roofline as rf
 from throughputlab.fit.schema import FitResult, micro_batch_statement
 from throughputlab.records.profile import Profile
-from throughputlab.report.figures import GiB, profile_label
+from throughputlab.report.labels import GiB, profile_label
 
 
 def _n(x: Optional[float]) -> Optional[str]:
