@@ -55,6 +55,9 @@ def flag_layer(flags: dict[str, Any], names: Optional[dict[str, str]] = None):
     from throughputlab.settings import as_layer
 
     f = {k: v for k, v in flags.items() if v is not None and v != ()}
+    unknown = sorted(set(f) - set(DECIDE_FLAGS) - set(SHAPED_FLAGS))
+    if unknown:  # a caller's mistake, not a user's
+        raise TypeError(f"build_spec: no such flag {', '.join(unknown)}")
     if f.get("response_lengths") and f.get("response_dist"):
         raise UserError("give one of --response-lengths FILE and --response-dist, not both")
     if f.get("curves") and f.get("nstar"):
