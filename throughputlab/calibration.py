@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict
 
 from throughputlab import roofline as rf
 from throughputlab.errors import UserError
-from throughputlab.fit.schema import FitResult, load_fit
+from throughputlab.fit.load import load_or_fit
 from throughputlab.records.fit import Peaks
 from throughputlab.records.profile import Profile
 
@@ -136,21 +136,11 @@ def _ref_peaks(peaks: Peaks) -> tuple[Optional[float], Optional[float], str]:
     return peaks.microbench_bytes_per_s, peaks.microbench_flops_per_s, "the probe's micro-benchmarks"
 
 
-def fit_of(profile: Profile) -> FitResult:
-    """The stored fit, else one made now with `throughputlab fit`'s defaults."""
-    fit = load_fit(profile)
-    if fit is None:
-        from throughputlab.fit.run import fit_profile
-
-        fit = fit_profile(profile)
-    return fit
-
-
 def calibration_from(profile: Profile) -> Efficiencies:
     """Efficiencies measured on ``profile``'s device: fitted BW and PHI over that device's peaks."""
     if profile.kind == "predicted":
         raise UserError("--calibrate needs a measured profile, not a prediction")
-    fit = fit_of(profile)
+    fit = load_or_fit(profile)
     bw_ref, phi_ref, ref = _ref_peaks(fit.peaks)
     if not bw_ref or not phi_ref:
         raise UserError("--calibrate: that profile has neither datasheet peaks nor micro-benchmarks, so its "

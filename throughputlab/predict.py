@@ -19,9 +19,10 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
 from throughputlab import roofline as rf
-from throughputlab.calibration import DEFAULT_EFFICIENCIES, Efficiencies, calibration_from, efficiencies_for, fit_of
+from throughputlab.calibration import DEFAULT_EFFICIENCIES, Efficiencies, calibration_from, efficiencies_for
 from throughputlab.errors import UserError
 from throughputlab.fit.knees import generation_knee_statement, knee_statement
+from throughputlab.fit.load import load_or_fit
 from throughputlab.fit.mbu import utilisation
 from throughputlab.fit.schema import FitResult
 from throughputlab.models.spec import ModelSpec, dtype_bytes
@@ -211,7 +212,7 @@ def predict_from_profile(profile: Profile, *, concurrency: Sequence[int] = (), p
                          output_len: Optional[int] = None, micro_batches: Sequence[int] = (),
                          seq_len: Optional[int] = None) -> Profile:
     """The fitted model of ``profile`` evaluated at points that were not measured."""
-    fit = fit_of(profile)
+    fit = load_or_fit(profile)
     st = profile.settings
     gen_ok = [p for p in profile.generation if p.status == "ok"]
     train_ok = [p for p in profile.training if p.status == "ok"]
