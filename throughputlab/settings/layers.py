@@ -49,7 +49,8 @@ class Settings(Generic[M]):
             return self.model.model_validate(data)
         except ValidationError as e:  # named after the last layer that set the key (or its section)
             loc = [str(x) for x in e.errors()[0]["loc"] if not isinstance(x, int)]
-            owner = next((layer for layer in reversed(layers) if _sets(layer.values, loc)), None)
+            owner = next((layer for i in range(len(loc), 0, -1) for layer in reversed(layers)
+                          if _sets(layer.values, loc[:i])), None)
             raise UserError(self.describe(e, owner or Layer("the settings", data))) from None
 
     def validate(self, layer: Layer, partial: bool = False) -> M:
