@@ -268,6 +268,13 @@ def decide(spec: DecideSpec, model: ThroughputModel, train_model: Optional[Throu
         notes.append(f"GRPO: the {spec.group} responses of a prompt share its prefill and KV cache (prefix caching)")
     if spec.shape.train.activation_checkpointing:
         notes.append("activation checkpointing: the forward is recomputed in the backward")
+    if steps.slack_steps > 1:
+        notes.append(f"{steps.slack_steps} steps off-policy: each engine drains {steps.slack_steps} steps' samples "
+                     f"as one queue and a step is charged 1/{steps.slack_steps} of its wall time (the longest "
+                     "responses overlap later steps: generation is throughput-bound, not the makespan of one step)")
+    elif spec.shape.off_policy_steps > 1:
+        notes.append(f"shape.off_policy_steps {spec.shape.off_policy_steps} is unused: generation and training do "
+                     "not overlap in this placement")
     if spec.shape.partial_rollout:
         notes.append(f"partial rollouts: {spec.shape.partial_rollout:.0%} more prompts in flight, generation ends "
                      "when the batch's prompts are done and unfinished responses resume in the next step "

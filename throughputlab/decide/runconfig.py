@@ -81,6 +81,12 @@ def decide_data(rc: RunConfig) -> tuple[dict[str, Any], list[str], list[str]]:
         put("cluster.gen_gpus", rc.rollout_gpus, "GPUs that generate")
         if rc.placement == "split":
             put("shape.overlap", "separate", "training waits for generation (no step off-policy)")
+        if rc.off_policy_steps and rc.off_policy_steps > 1:
+            put("shape.off_policy_steps", rc.off_policy_steps, "steps generation may run ahead of training: that many "
+                "steps' samples drain through the engines as one queue, a step charged its share")
+        if rc.streaming and rc.staleness_share:
+            put("shape.partial_rollout", min(rc.staleness_share, 1.0), "veRL's partial rollouts: staleness_threshold more "
+                "samples in flight; responses cut at a weight sync resume after it (steady state)")
     return data, used, _not_modelled(rc)
 
 
@@ -116,10 +122,9 @@ def _not_modelled(rc: RunConfig) -> list[str]:
         out.append("multi-turn rollouts (tool calls between turns): predicted as one turn")
     if rc.reward_model:
         out.append("a reward model's forward pass: not modelled")
-    if rc.off_policy_steps and rc.off_policy_steps > 1:
-        out.append(f"{rc.off_policy_steps} steps off-policy: predicted as one step off")
-    if rc.streaming:
-        out.append("streaming (fully asynchronous) rollouts: predicted as one step off-policy")
+    if rc.streaming and not rc.staleness_share:
+        out.append("partial rollouts with staleness_threshold 0 or unstated: veRL resumes nothing then (the "
+                   "recipe's README); predicted as one step off-policy")
     return out
 
 

@@ -12,10 +12,10 @@ off-policy overlaps generation of the next batch with training on this one:
 from __future__ import annotations
 
 import logging
-from typing import Literal, Optional
+from typing import Optional
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict
 
 from throughputlab import roofline as rf
 from throughputlab.decide.cluster import (
@@ -27,109 +27,24 @@ from throughputlab.decide.cluster import (
     sync_s,
     training_model,
 )
-from throughputlab.decide.lengths import LengthDist, parse_length_dist, read_lengths_file
 from throughputlab.decide.partial import ROLLOUTS, PartialRollout, simulate_partial
 from throughputlab.decide.rollout import EngineCaps, RolloutResult, simulate_rollouts
+from throughputlab.decide.shape import (  # noqa: F401  (re-exported: the shape's home before the split)
+    OVERLAPS,
+    CriticShape,
+    EngineShape,
+    Overlap,
+    ResponseSpec,
+    RLShape,
+    SyncShape,
+    TrainShape,
+)
 from throughputlab.errors import UserError
 from throughputlab.roofline import Costs
 from throughputlab.throughput import ThroughputModel
 
-Overlap = Literal["colocated", "separate", "off-policy"]
 DEFAULT_MAX_NUM_SEQS = 1024  # veRL's rollout default; the bench's largest concurrency is no engine setting
-OVERLAPS = ("colocated", "separate", "off-policy")
 log = logging.getLogger(__name__)
-
-
-class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class ResponseSpec(_Spec):
-    """Response lengths: ``dist`` (``lognormal:mean=..,sigma=..,max=..``) or ``file`` of observed lengths."""
-
-    dist: Optional[str] = None
-    file: Optional[str] = None
-    max_tokens: Optional[int] = None  # cut applied to observed lengths
-
-    def resolve(self) -> LengthDist:
-        if bool(self.dist) == bool(self.file):
-            raise UserError("give the response lengths once: --response-lengths FILE or --response-dist "
-                            "lognormal:mean=..,sigma=..,max=.. (shape.response.file or .dist in the spec)")
-        if self.file:
-            return read_lengths_file(self.file, self.max_tokens)
-        return parse_length_dist(self.dist)
-
-
-class TrainShape(_Spec):
-    epochs: int = 1  # PPO epochs over each batch
-    mini_batches: int = 1  # optimizer steps per epoch (unless mini_batch_samples is set)
-    mini_batch_samples: Optional[int] = None  # fixed mini-batch size in responses
-    micro_batch: Optional[int] = None  # None: the largest that fits, from the profile's memory model
-    logprob_micro_batch: Optional[int] = None  # None: the training micro-batch
-    old_logprob: bool = True  # forward pass for the old policy's log-probs
-    ref_logprob: bool = True  # forward pass of the reference model (KL term)
-    activation_checkpointing: bool = False  # recompute each block's forward in the backward (veRL: on)
-    padded_seq_len: Optional[int] = Field(None, gt=0)  # every sequence padded to this many tokens (no remove-padding)
-    token_budget: Optional[int] = Field(None, gt=0)  # tokens per GPU per update micro-batch (dynamic batching)
-    logprob_token_budget: Optional[int] = Field(None, gt=0)  # the same for the log-prob passes
-
-
-class CriticShape(_Spec):
-    model: str = "same"  # "same" as the policy, or a preset / model folder / hub id
-    micro_batch: Optional[int] = None
-    token_budget: Optional[int] = Field(None, gt=0)  # tokens per GPU per micro-batch (dynamic batching)
-
-
-class SyncShape(_Spec):
-    bytes_per_s: Optional[float] = None  # colocated default: a device copy at the fitted bandwidth
-    latency_s: float = 0.0
-
-
-class EngineShape(_Spec):
-    """Overrides of the engine's settings recorded in the profile (the flags of `predict`'s engine)."""
-
-    max_num_seqs: Optional[int] = Field(None, gt=0)  # None: 1024, veRL's rollout default
-    kv_cache_tokens: Optional[int] = Field(None, gt=0)
-    block_size: Optional[int] = Field(None, gt=0)  # None: the profile's engine, else 16 (vLLM: 16 on GPU, 128 on CPU)
-    kv_cache_gib: Optional[float] = Field(None, gt=0)  # the KV memory per GPU the engine logged, instead of its rule
-    enforce_eager: Optional[bool] = None  # None: as the profile's engine ran or was predicted
-    max_num_batched_tokens: Optional[int] = Field(None, gt=0)  # the chunked-prefill token budget per step
-    max_model_len: Optional[int] = Field(None, gt=0)
-
-
-class RLShape(_Spec):
-    algo: Literal["grpo", "ppo"] = "grpo"
-    prompt_len: int = 512
-    response: ResponseSpec = ResponseSpec(dist="lognormal:mean=512,sigma=0.6,max=2048")
-    overlap: Overlap = "colocated"
-    train: TrainShape = TrainShape()
-    critic: Optional[CriticShape] = None  # PPO: default the policy's own size
-    sync: SyncShape = SyncShape()
-    engine: EngineShape = EngineShape()
-    prefix_sharing: bool = True  # GRPO: a prompt's responses share its prefill and KV (vLLM prefix caching, n > 1)
-    partial_rollout: float = 0.0  # APRIL: extra prompts in flight as a share of the batch (0: full rollouts)
-    seed: int = 0
-
-    @field_validator("prompt_len")
-    @classmethod
-    def _positive(cls, v: int) -> int:
-        if v < 1:
-            raise ValueError("must be a positive integer")
-        return v
-
-    @field_validator("seed")
-    @classmethod
-    def _seed(cls, v: int) -> int:
-        if v < 0:
-            raise ValueError(f"must be a non-negative integer, got {v}")
-        return v
-
-    @field_validator("partial_rollout")
-    @classmethod
-    def _share(cls, v: float) -> float:
-        if not 0 <= v <= 1:  # (also refuses NaN)
-            raise ValueError(f"must be an over-provisioning share between 0 and 1 (0.25: 25% more prompts), got {v}")
-        return v
 
 
 class StepTime(BaseModel):
@@ -158,6 +73,7 @@ class StepTime(BaseModel):
     idle_share: dict[str, float] = {}
     prefix_sharing: bool = False
     partial: Optional[PartialRollout] = None  # with partial rollouts: gen_s is theirs, against full rollouts
+    off_policy_steps: int = 1  # steps of slack generation had (gen_s: 1/k of k steps' samples drained at once)
 
     @property
     def samples_per_s(self) -> float:
@@ -243,6 +159,10 @@ class StepModel:
             self.critic_micro_batch = micro_batch_for(self.train_model, cmb or self.micro_batch,
                                                       "critic.micro_batch")
         self.sync_s = self._sync_s()
+        self.overlapped = shape.overlap == "off-policy" or (placement is not None and placement.kind == "split"
+                                                            and shape.overlap != "separate")
+        # k steps of slack: the engines' queue holds k steps' samples (docs/model.md, "k steps off")
+        self.slack_steps = shape.off_policy_steps if self.overlapped else 1
 
     @property
     def group_share(self) -> bool:
@@ -356,8 +276,30 @@ class StepModel:
                                          full_gen_s=full_s, saved_s=full_s - gen_s,
                                          saved_share=(full_s - gen_s) / full_s if full_s > 0 else 0.0,
                                          off_policy_token_share=float(np.mean(shares)), carried_responses=carried)
+            elif self.slack_steps > 1:
+                rolls = self._slack_rolls(q, group, lengths, share, engines)
             st = self._step(q, group, lengths[:q * group], rolls, split_over_engines(q, engines))
             out.append(st.model_copy(update={"partial": partial}) if partial is not None else st)
+        return out
+
+    def _slack_rolls(self, q: int, group: int, lengths: np.ndarray, share: int, engines: int) -> list[RolloutResult]:
+        """Generation per step with ``k`` steps of slack: each engine's share of ``k`` consecutive batches
+        (this one, then ``k - 1`` more draws) drains as one queue, and a step is charged ``1/k`` of that
+        wall time. The longest responses of one step overlap the next steps' samples, so the step is
+        throughput-bound when the queue outlasts the tail and tail-bound (``makespan / k``) when the
+        engines hold all ``k`` batches at once; ``k = 1`` is the one-step-off rollout itself."""
+        k = self.slack_steps
+        draws = [lengths[:q * group]] + [self.dist.sample(q * group, self.shape.seed + 7_919 * j)
+                                         for j in range(1, k)]
+        out = []
+        for e in range(min(engines, q)):
+            idx = (np.arange(e, q, engines)[:, None] * group + np.arange(group)).ravel()
+            queue = np.concatenate([d[idx] for d in draws])
+            r = simulate_rollouts(self.model, queue, self.shape.prompt_len, [len(queue)], self.caps, group=share,
+                                  context_max=self.dist.longest())[len(queue)]
+            out.append(r.model_copy(update={
+                "n_requests": len(idx), "output_tokens": int(r.output_tokens // k), "wall_s": r.wall_s / k,
+                "decode_s": r.decode_s / k, "prefill_s": r.prefill_s / k, "recompute_s": r.recompute_s / k}))
         return out
 
     def _step(self, prompts: int, group: int, lengths: np.ndarray, rolls: list[RolloutResult],
@@ -386,8 +328,7 @@ class StepModel:
             critic = self.critic_forward_s(per_dev, seq)
             critic += self._update_s(cm, n, seq, self._critic_micro(seq), scale, dev)[0]
         learn = logprob + train + critic
-        overlapped = self.shape.overlap == "off-policy" or (pl is not None and pl.kind == "split"
-                                                            and self.shape.overlap != "separate")
+        overlapped = self.overlapped
         if overlapped:
             total = max(roll.wall_s, learn) + self.sync_s
         else:
@@ -398,7 +339,8 @@ class StepModel:
                         logprob_s=logprob, train_s=train, critic_s=critic, sync_s=self.sync_s, step_s=total,
                         micro_batch=mb, optimizer_steps=opt_steps, seq_len_mean=seq, rollout=roll,
                         placement=pl.label if pl is not None else None, engines=len(counts), engine_prompts=counts,
-                        gen_engine_mean_s=gen_mean, train_devices=dev, idle_share=idle, prefix_sharing=share > 1)
+                        gen_engine_mean_s=gen_mean, train_devices=dev, idle_share=idle, prefix_sharing=share > 1,
+                        off_policy_steps=self.slack_steps)
 
 
 def critic_costs_for(shape: RLShape, bytes_per_param: int) -> Optional[Costs]:

@@ -110,6 +110,7 @@ class RunConfig(BaseModel):
     placement: Optional[Placement] = None
     off_policy_steps: Optional[int] = None  # how many steps generation may run ahead of training
     streaming: Optional[bool] = None  # responses stream to the trainer as they finish (partial rollouts)
+    staleness_share: Optional[float] = None  # extra samples in flight per weight sync, as a share of a step's
 
     read: list[Knob] = []
     ignored: list[Knob] = []

@@ -267,8 +267,11 @@ def _asynchronous(ctx: Ctx) -> None:
     own = ctx.bool(f"{aa}.use_rollout_log_probs", note="true: the engine's log-probs replace the old log-prob pass")
     if own is not None:
         ctx.set("old_logprob", not own, f"{aa}.use_rollout_log_probs")
-    ctx.ignore(f"{aa}.staleness_threshold", "share of a step's samples that may come from older weights: "
-               "bounds the overlap, not a step count")
+    # recipe/fully_async_policy/README.md (volcengine/verl): between two weight syncs the rollouter generates at
+    # most (1 + staleness_threshold) x trigger_parameter_sync_step x require_batches x ppo_mini_batch_size
+    # samples; partial_rollout takes effect only when staleness_threshold > 0
+    ctx.float(f"{aa}.staleness_threshold", "staleness_share", lo=0.0,
+              note="extra samples in flight per weight sync, as a share of the step's")
     mini = ctx.raw(f"{A}.ppo_mini_batch_size")
     if not ctx.fields.get("prompts_per_step") and isinstance(mini, int) and trig is not None:
         ctx.set("prompts_per_step", mini * (req or 1) * trig)

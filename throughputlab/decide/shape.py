@@ -1,0 +1,109 @@
+"""The RL shape decide evaluates: response lengths, the training, critic, sync and engine settings,
+and the placement's overlap (the spec's ``shape``; docs/decide.md)."""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from throughputlab.decide.lengths import LengthDist, parse_length_dist, read_lengths_file
+from throughputlab.errors import UserError
+
+Overlap = Literal["colocated", "separate", "off-policy"]
+OVERLAPS = ("colocated", "separate", "off-policy")
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ResponseSpec(_Spec):
+    """Response lengths: ``dist`` (``lognormal:mean=..,sigma=..,max=..``) or ``file`` of observed lengths."""
+
+    dist: Optional[str] = None
+    file: Optional[str] = None
+    max_tokens: Optional[int] = None  # cut applied to observed lengths
+
+    def resolve(self) -> LengthDist:
+        if bool(self.dist) == bool(self.file):
+            raise UserError("give the response lengths once: --response-lengths FILE or --response-dist "
+                            "lognormal:mean=..,sigma=..,max=.. (shape.response.file or .dist in the spec)")
+        if self.file:
+            return read_lengths_file(self.file, self.max_tokens)
+        return parse_length_dist(self.dist)
+
+
+class TrainShape(_Spec):
+    epochs: int = 1  # PPO epochs over each batch
+    mini_batches: int = 1  # optimizer steps per epoch (unless mini_batch_samples is set)
+    mini_batch_samples: Optional[int] = None  # fixed mini-batch size in responses
+    micro_batch: Optional[int] = None  # None: the largest that fits, from the profile's memory model
+    logprob_micro_batch: Optional[int] = None  # None: the training micro-batch
+    old_logprob: bool = True  # forward pass for the old policy's log-probs
+    ref_logprob: bool = True  # forward pass of the reference model (KL term)
+    activation_checkpointing: bool = False  # recompute each block's forward in the backward (veRL: on)
+    padded_seq_len: Optional[int] = Field(None, gt=0)  # every sequence padded to this many tokens (no remove-padding)
+    token_budget: Optional[int] = Field(None, gt=0)  # tokens per GPU per update micro-batch (dynamic batching)
+    logprob_token_budget: Optional[int] = Field(None, gt=0)  # the same for the log-prob passes
+
+
+class CriticShape(_Spec):
+    model: str = "same"  # "same" as the policy, or a preset / model folder / hub id
+    micro_batch: Optional[int] = None
+    token_budget: Optional[int] = Field(None, gt=0)  # tokens per GPU per micro-batch (dynamic batching)
+
+
+class SyncShape(_Spec):
+    bytes_per_s: Optional[float] = None  # colocated default: a device copy at the fitted bandwidth
+    latency_s: float = 0.0
+
+
+class EngineShape(_Spec):
+    """Overrides of the engine's settings recorded in the profile (the flags of `predict`'s engine)."""
+
+    max_num_seqs: Optional[int] = Field(None, gt=0)  # None: 1024, veRL's rollout default
+    kv_cache_tokens: Optional[int] = Field(None, gt=0)
+    block_size: Optional[int] = Field(None, gt=0)  # None: the profile's engine, else 16 (vLLM: 16 on GPU, 128 on CPU)
+    kv_cache_gib: Optional[float] = Field(None, gt=0)  # the KV memory per GPU the engine logged, instead of its rule
+    enforce_eager: Optional[bool] = None  # None: as the profile's engine ran or was predicted
+    max_num_batched_tokens: Optional[int] = Field(None, gt=0)  # the chunked-prefill token budget per step
+    max_model_len: Optional[int] = Field(None, gt=0)
+
+
+class RLShape(_Spec):
+    algo: Literal["grpo", "ppo"] = "grpo"
+    prompt_len: int = 512
+    response: ResponseSpec = ResponseSpec(dist="lognormal:mean=512,sigma=0.6,max=2048")
+    overlap: Overlap = "colocated"
+    train: TrainShape = TrainShape()
+    critic: Optional[CriticShape] = None  # PPO: default the policy's own size
+    sync: SyncShape = SyncShape()
+    engine: EngineShape = EngineShape()
+    prefix_sharing: bool = True  # GRPO: a prompt's responses share its prefill and KV (vLLM prefix caching, n > 1)
+    partial_rollout: float = 0.0  # APRIL: extra prompts in flight as a share of the batch (0: full rollouts)
+    # overlapped placements: steps generation may run ahead of training (NeMo-RL's
+    # grpo.async_grpo.max_trajectory_age_steps); k > 1 puts k steps' samples in the engines' queue at once
+    off_policy_steps: int = Field(1, ge=1, le=64)
+    seed: int = 0
+
+    @field_validator("prompt_len")
+    @classmethod
+    def _positive(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError("must be a positive integer")
+        return v
+
+    @field_validator("seed")
+    @classmethod
+    def _seed(cls, v: int) -> int:
+        if v < 0:
+            raise ValueError(f"must be a non-negative integer, got {v}")
+        return v
+
+    @field_validator("partial_rollout")
+    @classmethod
+    def _share(cls, v: float) -> float:
+        if not 0 <= v <= 1:  # (also refuses NaN)
+            raise ValueError(f"must be an over-provisioning share between 0 and 1 (0.25: 25% more prompts), got {v}")
+        return v
