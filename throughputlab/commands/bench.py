@@ -36,105 +36,61 @@ SPEC_FLAGS = {
 }
 
 
-def spec_option(*decls: str, help: str, shown: Optional[str] = None, **kw):
-    """A flag for one spec key: no default of its own (None: not given); the help shows the spec's."""
-    return setting_option(BenchSpec, SPEC_FLAGS[decls[-1]], *decls, help=help, shown=shown, **kw)
+def spec_option(*decls: str, shown: Optional[str] = None, **kw):
+    """A flag for one spec key: no default of its own (None: not given); its help is the key's
+    description in BenchSpec, with the key and the spec's default."""
+    return setting_option(BenchSpec, SPEC_FLAGS[decls[-1]], *decls, shown=shown, **kw)
 
 
 @click.command()
 @layer_options("bench", "generation.prompt_len=256, --set generation.concurrency=[1,8,64]")
-@spec_option("--model", "-m", "model",
-             help="Preset name (see `throughputlab models`), a Hugging Face model folder, or a hub id (org/name).")
+@spec_option("--model", "-m", "model")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Profile JSON to write. Default: profile-MODEL-DEVICE-TIME.json in the current folder.")
-@spec_option("--only", "only", type=click.Choice(["gen", "train"]), shown="both",
-             help="Measure only generation or training.")
-@spec_option("--backend", "gen_backend", type=click.Choice(["hf", "vllm", "openai"]),
-             help="Generation backend: hf (transformers loop), vllm (offline engine), openai (an endpoint).")
-@spec_option("--train-backend", "train_backend", type=click.Choice(["torch"]), help="Training backend.")
-@spec_option("--concurrency", "-c", "concurrency", type=IntList(allow_auto=True),
-             help="Generation concurrencies (sequences decoded together), or `auto` (double until tokens/s stops "
-                  "growing).")
-@spec_option("--batch-sizes", "-b", "batch_sizes", type=IntList(allow_auto=True),
-             help="Training micro-batch sizes, or `auto` (double until tokens/s stops growing or memory runs out).")
-@spec_option("--prompt-len", "prompt_len", type=int, help="Synthetic prompt tokens per sequence.")
-@spec_option("--output-len", "output_len", type=int, help="New tokens per sequence (EOS ignored).")
-@spec_option("--seq-len", "seq_len", type=int, help="Tokens per training sequence.")
-@spec_option("--contexts", "contexts", type=IntList(), metavar="LIST",
-             help="The context axis: every concurrency at each of these prompt lengths, e.g. 128,512,2048 "
-                  "(decode then reads a KV cache of that many tokens and more; prefill is timed at each length). "
-                  "Replaces --prompt-len. A length past the model's, or one request past the engine's whole KV cache, is skipped.")
-@spec_option("--seq-lens", "seq_lens", type=IntList(), metavar="LIST",
-             help="Every training micro-batch at each of these sequence lengths, e.g. 128,512,1024 (replaces "
-                  "--seq-len); lengths past the model's maximum are skipped.")
-@spec_option("--dtype", "dtype",
-             help="auto (bfloat16 on GPU and on CPUs with native bf16, else float32), bfloat16, float16, float32.")
-@spec_option("--device", "device", help="auto, cpu, cuda or cuda:N.")
-@spec_option("--warmup", "warmup", type=int, help="Untimed runs before each point.")
-@spec_option("--repeats", "repeats", type=int, help="Timed runs per point in each round (every sample is kept).")
-@spec_option("--rounds", "rounds", type=int,
-             help="Passes over the sweep, each adding --repeats timed runs to every point: a slow spell of the "
-                  "machine then costs one sample of many points, not every sample of a few, and the point's "
-                  "median ignores it. --rounds 1 --repeats 3 measures each point in one go.")
-@spec_option("--max-cv", "max_cv", type=float,
-             help="While some point's tokens/s spread (stdev/mean) is above this after the last round, run one "
-                  "more round over all points (with --rounds 1: measure that point again at once).")
-@spec_option("--max-remeasure", "max_remeasure", type=int,
-             help="At most this many extra rounds (with --rounds 1: re-measurements of a noisy point).")
-@spec_option("--auto-cap", "auto_cap", type=int, help="Largest value an `auto` sweep tries.")
+@spec_option("--only", "only", type=click.Choice(["gen", "train"]), shown="both")
+@spec_option("--backend", "gen_backend", type=click.Choice(["hf", "vllm", "openai"]))
+@spec_option("--train-backend", "train_backend", type=click.Choice(["torch"]))
+@spec_option("--concurrency", "-c", "concurrency", type=IntList(allow_auto=True))
+@spec_option("--batch-sizes", "-b", "batch_sizes", type=IntList(allow_auto=True))
+@spec_option("--prompt-len", "prompt_len", type=int)
+@spec_option("--output-len", "output_len", type=int)
+@spec_option("--seq-len", "seq_len", type=int)
+@spec_option("--contexts", "contexts", type=IntList(), metavar="LIST")
+@spec_option("--seq-lens", "seq_lens", type=IntList(), metavar="LIST")
+@spec_option("--dtype", "dtype")
+@spec_option("--device", "device")
+@spec_option("--warmup", "warmup", type=int)
+@spec_option("--repeats", "repeats", type=int)
+@spec_option("--rounds", "rounds", type=int)
+@spec_option("--max-cv", "max_cv", type=float)
+@spec_option("--max-remeasure", "max_remeasure", type=int)
+@spec_option("--auto-cap", "auto_cap", type=int)
 @click.option("--resume", is_flag=True,
               help="Continue the profile --output: finished points are not re-measured; settings not given come "
                    "from the profile, given ones must match it.")
 @click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
-@spec_option("--random-weights", "random_weights", is_flag=True,
-             help="Random weights for a model folder or hub id (presets always use them).")
-@spec_option("--trust-remote-code", "trust_remote_code", is_flag=True,
-             help="Allow a model folder/hub id to run its own Python code.")
-@spec_option("--tensor-parallel", "tensor_parallel", type=int,
-             help="vllm: one engine over N devices (vLLM's tensor_parallel_size, its mp executor; on CPU one core "
-                  "list per rank in VLLM_CPU_OMP_THREADS_BIND, e.g. 0|1). The fit treats the engine as one, "
-                  "up to N times one device's peak.")
-@spec_option("--data-parallel", "data_parallel", type=int,
-             help="vllm: N engine replicas on disjoint devices (each of --tensor-parallel devices), one per rank "
-                  "under torch.distributed.run, every point run on all of them at once so their interference "
-                  "shows; concurrency is per replica, the profile records each replica's time and the aggregate "
-                  "tokens/s. Needs --only gen.")
-@spec_option("--engine-arg", "engine_args", multiple=True, metavar="KEY=VALUE",
-             help="Pass an option to the engine, e.g. --engine-arg gpu_memory_utilization=0.8 (repeatable).")
-@spec_option("--url", "url", help="Base URL of an OpenAI-compatible server, for --backend openai.")
-@spec_option("--served-model", "served_model", help="Model name the server expects (--backend openai).")
-@spec_option("--telemetry/--no-telemetry", "telemetry",
-             help="Sample GPU (pynvml) or CPU/RSS telemetry during each point.")
-@spec_option("--telemetry-hz", "telemetry_hz", type=float, help="Telemetry sampling rate.")
-@spec_option("--py-spy", "py_spy", is_flag=True, help="Record py-spy flame graphs of the host processes during points.")
-@spec_option("--py-spy-points", "py_spy_points", type=IntList(),
-             help="Only these concurrencies/micro-batches are profiled with --py-spy.")
-@spec_option("--effective-lr", "track_effective_lr", is_flag=True,
-             help="Record ||dW||/||W|| per parameter group in training points.")
-@spec_option("--nproc-per-node", "nproc_per_node", type=click.IntRange(min=1),
-             help="Training on N ranks per machine under PyTorch's launcher (torch.distributed.run) with FSDP2 "
-                  "(fully_shard per decoder block and the root; bf16 parameters, fp32 gradient reduction); NCCL "
-                  "on GPUs, gloo on CPU. Runs the training sweep only (--only train). A bare --resume takes the "
-                  "ranks from the profile.")
-@spec_option("--world-sizes", "world_sizes", type=IntList(), metavar="LIST",
-             help="Training on this machine at each world size in turn, e.g. 1,2,4,8 (FSDP2 under "
-                  "torch.distributed.run, as --nproc-per-node), one profile each (OUTPUT.wsN.json); -b is then "
-                  "the micro-batch per rank, so every size trains the same per-rank batch (weak scaling), and "
-                  "the end prints tokens/s per device and the scaling efficiency against the smallest size.")
-@spec_option("--nnodes", "nnodes", type=click.IntRange(min=1),
-             help="Machines of the training run; start the same command on each with its --node-rank.")
-@spec_option("--node-rank", "node_rank", type=click.IntRange(min=0), help="This machine's rank.")
-@spec_option("--rdzv-endpoint", "rdzv_endpoint", metavar="HOST:PORT",
-             help="Where the machines meet (node 0's address); needed with --nnodes above 1.")
-@spec_option("--activation-checkpointing", "activation_checkpointing", is_flag=True,
-             help="With --nproc-per-node: recompute each decoder block's forward in the backward (non-reentrant).")
-@spec_option("--collectives/--no-collectives", "collectives",
-             help="With --nproc-per-node on one machine: time all-reduce, all-gather and reduce-scatter on the "
-                  "ranks' devices first (as `throughputlab hardware --collectives N`); the profile's hardware "
-                  "keeps them and the fit uses their rates.")
+@spec_option("--random-weights", "random_weights", is_flag=True)
+@spec_option("--trust-remote-code", "trust_remote_code", is_flag=True)
+@spec_option("--tensor-parallel", "tensor_parallel", type=int)
+@spec_option("--data-parallel", "data_parallel", type=int)
+@spec_option("--engine-arg", "engine_args", multiple=True, metavar="KEY=VALUE")
+@spec_option("--url", "url")
+@spec_option("--served-model", "served_model")
+@spec_option("--telemetry/--no-telemetry", "telemetry")
+@spec_option("--telemetry-hz", "telemetry_hz", type=float)
+@spec_option("--py-spy", "py_spy", is_flag=True)
+@spec_option("--py-spy-points", "py_spy_points", type=IntList())
+@spec_option("--effective-lr", "track_effective_lr", is_flag=True)
+@spec_option("--nproc-per-node", "nproc_per_node", type=click.IntRange(min=1))
+@spec_option("--world-sizes", "world_sizes", type=IntList(), metavar="LIST")
+@spec_option("--nnodes", "nnodes", type=click.IntRange(min=1))
+@spec_option("--node-rank", "node_rank", type=click.IntRange(min=0))
+@spec_option("--rdzv-endpoint", "rdzv_endpoint", metavar="HOST:PORT")
+@spec_option("--activation-checkpointing", "activation_checkpointing", is_flag=True)
+@spec_option("--collectives/--no-collectives", "collectives")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the HTML report here at the end.")
-@spec_option("--seed", "seed", type=int, help="Seed for weights and synthetic tokens.")
+@spec_option("--seed", "seed", type=int)
 @click.option("--allocator", type=click.Choice(["auto", "system"]), default="auto", show_default=True,
               help="auto: on CPU, run the hf/torch backends under a caching allocator: tcmalloc or jemalloc when "
                    "the system has one, else the mimalloc of the cmeel-mimalloc package (LD_PRELOAD, as vLLM's and "

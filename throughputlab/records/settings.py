@@ -74,34 +74,49 @@ class _Section(Record):
 class GenerationSpec(_Section):
     """The generation sweep: concurrency c is c sequences decoded together."""
 
-    backend: Literal["hf", "vllm", "openai"] = "hf"
-    concurrency: XValues = [1, 2, 4, 8, 16, 32, 64]
+    backend: Literal["hf", "vllm", "openai"] = Field(
+        "hf", description="Generation backend: hf (transformers loop), vllm (offline engine), openai (an endpoint).")
+    concurrency: XValues = Field([1, 2, 4, 8, 16, 32, 64], description=(
+        "Generation concurrencies (sequences decoded together), or `auto` (double until tokens/s stops growing)."))
     # The default run's shape (docs/bench.md, "What the default run measures, and why"): short prompts and 8 output
     # tokens keep it within two minutes on a slow 2-core CPU; 7 decode steps a run are each timed.
-    prompt_len: PositiveInt = 16
-    output_len: Annotated[int, Field(ge=2)] = 8  # one token from the prefill, at least one decode step
-    engine_args: dict[str, Any] = {}
-    tensor_parallel: PositiveInt = 1  # vllm: one engine over this many devices (tensor_parallel_size)
-    data_parallel: PositiveInt = 1  # vllm: this many engine replicas on disjoint devices, measured together
-    # the context axis: every concurrency at each of these prompt lengths (the KV context decode reads);
-    # None: prompt_len alone
-    contexts: Lengths = None
+    prompt_len: PositiveInt = Field(16, description="Synthetic prompt tokens per sequence.")
+    # at least 2: one token from the prefill, at least one decode step
+    output_len: Annotated[int, Field(ge=2)] = Field(8, description="New tokens per sequence (EOS ignored).")
+    engine_args: dict[str, Any] = Field({}, description=(
+        "Pass an option to the engine, e.g. --engine-arg gpu_memory_utilization=0.8 (repeatable)."))
+    tensor_parallel: PositiveInt = Field(1, description=(
+        "vllm: one engine over N devices (vLLM's tensor_parallel_size, its mp executor; on CPU one core list per "
+        "rank in VLLM_CPU_OMP_THREADS_BIND, e.g. 0|1). The fit treats the engine as one, up to N times one "
+        "device's peak."))
+    data_parallel: PositiveInt = Field(1, description=(
+        "vllm: N engine replicas on disjoint devices (each of --tensor-parallel devices), one per rank under "
+        "torch.distributed.run, every point run on all of them at once so their interference shows; concurrency "
+        "is per replica, the profile records each replica's time and the aggregate tokens/s. Needs --only gen."))
+    # the context axis; None: prompt_len alone
+    contexts: Lengths = Field(None, description=(
+        "The context axis: every concurrency at each of these prompt lengths, e.g. 128,512,2048 (decode then reads "
+        "a KV cache of that many tokens and more; prefill is timed at each length). Replaces --prompt-len. A "
+        "length past the model's, or one request past the engine's whole KV cache, is skipped."))
 
     @property
     def prompt_lens(self) -> list[int]:
         return list(self.contexts) if self.contexts else [self.prompt_len]
-    url: Optional[str] = None  # openai backend
-    served_model: Optional[str] = None  # openai backend: the name the server expects
+    url: Optional[str] = Field(None, description="Base URL of an OpenAI-compatible server, for --backend openai.")
+    served_model: Optional[str] = Field(None, description="Model name the server expects (--backend openai).")
 
 
 class TrainingSpec(_Section):
     """The training sweep: a micro-batch of b sequences, forward, backward, AdamW."""
 
-    backend: Literal["torch"] = "torch"
-    micro_batches: XValues = [1, 2, 4, 8]
-    seq_len: PositiveInt = 64
-    seq_lens: Lengths = None  # every micro-batch at each of these sequence lengths; None: seq_len alone
-    effective_lr: bool = False  # record ||dW||/||W|| per parameter group
+    backend: Literal["torch"] = Field("torch", description="Training backend.")
+    micro_batches: XValues = Field([1, 2, 4, 8], description=(
+        "Training micro-batch sizes, or `auto` (double until tokens/s stops growing or memory runs out)."))
+    seq_len: PositiveInt = Field(64, description="Tokens per training sequence.")
+    seq_lens: Lengths = Field(None, description=(  # None: seq_len alone
+        "Every training micro-batch at each of these sequence lengths, e.g. 128,512,1024 (replaces --seq-len); "
+        "lengths past the model's maximum are skipped."))
+    effective_lr: bool = Field(False, description="Record ||dW||/||W|| per parameter group in training points.")
 
     @property
     def all_seq_lens(self) -> list[int]:
@@ -111,24 +126,32 @@ class TrainingSpec(_Section):
 class Measurement(_Section):
     """The sweep runner's hygiene: how each point is measured."""
 
-    warmup: Annotated[int, Field(ge=0)] = 1  # untimed runs: first visit (training under glibc on the CPU: every visit)
-    repeats: PositiveInt = 1  # timed runs per point and round
-    rounds: PositiveInt = 2  # passes over the sweep, each adding `repeats` samples to every point
-    max_cv: Annotated[float, Field(gt=0)] = 0.10  # tokens/s spread above which a point is measured again
-    max_remeasure: Annotated[int, Field(ge=0)] = 1  # at most this many extra rounds (or re-measurements)
-    auto_cap: PositiveInt = 1024  # largest value an `auto` sweep tries
+    # warmup: at the first visit (training under glibc on the CPU: at every visit)
+    warmup: Annotated[int, Field(ge=0)] = Field(1, description="Untimed runs before each point.")
+    repeats: PositiveInt = Field(1, description="Timed runs per point in each round (every sample is kept).")
+    rounds: PositiveInt = Field(2, description=(
+        "Passes over the sweep, each adding --repeats timed runs to every point: a slow spell of the machine then "
+        "costs one sample of many points, not every sample of a few, and the point's median ignores it. --rounds 1 "
+        "--repeats 3 measures each point in one go."))
+    max_cv: Annotated[float, Field(gt=0)] = Field(0.10, description=(
+        "While some point's tokens/s spread (stdev/mean) is above this after the last round, run one more round "
+        "over all points (with --rounds 1: measure that point again at once)."))
+    max_remeasure: Annotated[int, Field(ge=0)] = Field(1, description=(
+        "At most this many extra rounds (with --rounds 1: re-measurements of a noisy point)."))
+    auto_cap: PositiveInt = Field(1024, description="Largest value an `auto` sweep tries.")
 
 
 class Telemetry(_Section):
-    enabled: bool = True
-    hz: Annotated[float, Field(gt=0)] = 20.0
+    enabled: bool = Field(True, description="Sample GPU (pynvml) or CPU/RSS telemetry during each point.")
+    hz: Annotated[float, Field(gt=0)] = Field(20.0, description="Telemetry sampling rate.")
 
 
 class PySpy(_Section):
     """Flame graphs of the host processes: an instrument that may change between resumed runs."""
 
-    enabled: bool = False
-    points: list[PositiveInt] = []  # concurrencies/micro-batches to profile; empty: all
+    enabled: bool = Field(False, description="Record py-spy flame graphs of the host processes during points.")
+    points: list[PositiveInt] = Field([], description=(  # empty: all
+        "Only these concurrencies/micro-batches are profiled with --py-spy."))
 
 
 class Distributed(_Section):
@@ -136,13 +159,26 @@ class Distributed(_Section):
     tree so that a resumed run takes the ranks from the stored spec. The ranks' side file records
     the layout the points ran on, and the launcher compares a resumed run against it."""
 
-    nproc_per_node: PositiveInt = 1  # ranks per machine; 1: the training sweep in this process
-    nnodes: PositiveInt = 1
-    node_rank: Annotated[int, Field(ge=0)] = 0  # this machine's rank: each machine gives its own
-    rdzv_endpoint: Optional[str] = None  # HOST:PORT of node 0, where the machines meet (nnodes > 1)
-    activation_checkpointing: bool = False  # recompute each decoder block's forward in the backward
-    collectives: bool = True  # time the collectives on the ranks' devices before the sweep (one machine)
-    world_sizes: Lengths = None  # the training sweep at each world size in turn, one profile each
+    nproc_per_node: PositiveInt = Field(1, description=(  # 1: the training sweep in this process
+        "Training on N ranks per machine under PyTorch's launcher (torch.distributed.run) with FSDP2 (fully_shard "
+        "per decoder block and the root; bf16 parameters, fp32 gradient reduction); NCCL on GPUs, gloo on CPU. "
+        "Runs the training sweep only (--only train). A bare --resume takes the ranks from the profile."))
+    nnodes: PositiveInt = Field(1, description=(
+        "Machines of the training run; start the same command on each with its --node-rank."))
+    node_rank: Annotated[int, Field(ge=0)] = Field(0, description="This machine's rank.")  # each machine its own
+    rdzv_endpoint: Optional[str] = Field(None, description=(
+        "Where the machines meet (node 0's address); needed with --nnodes above 1."))
+    activation_checkpointing: bool = Field(False, description=(
+        "With --nproc-per-node: recompute each decoder block's forward in the backward (non-reentrant)."))
+    collectives: bool = Field(True, description=(
+        "With --nproc-per-node on one machine: time all-reduce, all-gather and reduce-scatter on the ranks' "
+        "devices first (as `throughputlab hardware --collectives N`); the profile's hardware keeps them and the "
+        "fit uses their rates."))
+    world_sizes: Lengths = Field(None, description=(  # one profile each
+        "Training on this machine at each world size in turn, e.g. 1,2,4,8 (FSDP2 under torch.distributed.run, "
+        "as --nproc-per-node), one profile each (OUTPUT.wsN.json); -b is then the micro-batch per rank, so every "
+        "size trains the same per-rank batch (weak scaling), and the end prints tokens/s per device and the "
+        "scaling efficiency against the smallest size."))
 
 
 T = TypeVar("T")
@@ -151,13 +187,17 @@ Section = Annotated[T, BeforeValidator(lambda v: {} if v is None else v)]
 
 
 class BenchSpec(_Section):
-    model: str = "demo"  # preset, model folder or hub id
-    only: Optional[Literal["gen", "train"]] = None  # None: both sweeps
-    dtype: Literal["auto", "bfloat16", "float16", "float32", "bf16", "fp16", "fp32"] = "auto"
-    device: Device = "auto"
-    seed: int = 0
-    random_weights: bool = False  # for a model folder or hub id (presets always use random weights)
-    trust_remote_code: bool = False
+    model: str = Field("demo", description=(
+        "Preset name (see `throughputlab models`), a Hugging Face model folder, or a hub id (org/name)."))
+    only: Optional[Literal["gen", "train"]] = Field(None, description=(  # None: both sweeps
+        "Measure only generation or training."))
+    dtype: Literal["auto", "bfloat16", "float16", "float32", "bf16", "fp16", "fp32"] = Field("auto", description=(
+        "auto (bfloat16 on GPU and on CPUs with native bf16, else float32), bfloat16, float16, float32."))
+    device: Device = Field("auto", description="auto, cpu, cuda or cuda:N.")
+    seed: int = Field(0, description="Seed for weights and synthetic tokens.")
+    random_weights: bool = Field(False, description=(
+        "Random weights for a model folder or hub id (presets always use them)."))
+    trust_remote_code: bool = Field(False, description="Allow a model folder/hub id to run its own Python code.")
     generation: Section[GenerationSpec] = GenerationSpec()
     training: Section[TrainingSpec] = TrainingSpec()
     measurement: Section[Measurement] = Measurement()
