@@ -15,6 +15,13 @@ from throughputlab.records.profile import Profile
 from throughputlab.roofline import Costs, decode_step_s, single_stream_bound
 
 
+def with_fit(prof: Profile) -> Profile:
+    """The profile with a stored fit, as `throughputlab fit --bootstrap 0` leaves it: what predict and
+    --calibrate then read (load_or_fit) instead of fitting with the default bootstrap."""
+    prof.fit = fit_profile(prof, bootstrap=0).model_dump(mode="json")
+    return prof
+
+
 @pytest.fixture(scope="module")
 def qwen_h200():
     return predict_analytic(resolve_model("qwen2.5-7b").spec, "h200", concurrency=(1, 8, 64, 512, 4096))
@@ -80,7 +87,7 @@ def test_fitted_prediction_at_unmeasured_concurrency():
 
 @pytest.mark.slow
 def test_a_fitted_prediction_says_where_it_leaves_the_measured_range():
-    prof = make_profile(concurrencies=(1, 2, 4, 8), micro_batches=(1, 2, 4), noise=0.005)
+    prof = with_fit(make_profile(concurrencies=(1, 2, 4, 8), micro_batches=(1, 2, 4), noise=0.005))
     inside = load_fit(predict_from_profile(prof, concurrency=[3, 8], micro_batches=[3]))
     assert not [a for a in inside.assumptions if "tokens_per_s_lo/hi" not in a]  # only what the intervals are
     limit = prof.model.max_position_embeddings
@@ -99,6 +106,7 @@ def test_a_context_grid_is_predicted_at_its_longest_measured_context_by_default(
     long = make_profile(concurrencies=(1, 2, 4), prompt_len=512, micro_batches=())
     grid = long.model_copy(update={"generation": short.generation + long.generation,
                                    "settings": long.settings.model_copy(update={"prompt_len": 64})})
+    with_fit(grid)
     assert predict_from_profile(grid, concurrency=[2]).settings.prompt_len == 512
     assert predict_from_profile(grid, concurrency=[2], prompt_len=100).settings.prompt_len == 100
 
