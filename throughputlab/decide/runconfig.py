@@ -59,6 +59,11 @@ def decide_data(rc: RunConfig) -> tuple[dict[str, Any], list[str], list[str]]:
             "tokens per GPU per log-prob micro-batch")
         if rc.critic:
             put("shape.critic.token_budget", rc.critic_token_budget_per_gpu, "tokens per GPU per critic micro-batch")
+    if rc.train_strategy == "megatron":
+        put("shape.train.backend", "megatron", "Megatron-core trains the policy: weights resident, no FSDP all-gather")
+        put("shape.train.tp", rc.train_tp, "Megatron tensor parallelism")
+        put("shape.train.pp", rc.train_pp, "Megatron pipeline parallelism")
+        put("shape.train.ep", rc.train_ep, "Megatron expert parallelism (its all-to-all is not priced)")
     padded = padded_seq_len(rc)
     put("shape.train.padded_seq_len", padded, "remove_padding off: every sequence of a training or log-prob pass "
         "padded to prompt cap + response cap")
@@ -113,9 +118,10 @@ def _not_modelled(rc: RunConfig) -> list[str]:
         out.append(f"sequence parallelism of {rc.sequence_parallel}: not modelled (training as FSDP alone)")
     if rc.param_offload or rc.optimizer_offload or rc.optimizer_on_cpu:
         out.append("parameter or optimizer offload: the reloads over the host link are not modelled")
-    if any(x and x > 1 for x in (rc.train_tp, rc.train_pp, rc.train_ep)):
-        out.append(f"Megatron layout TP {rc.train_tp or 1}, PP {rc.train_pp or 1}, EP {rc.train_ep or 1}: "
-                   "predicted as FSDP over the same GPUs (an approximation)")
+    if rc.train_strategy == "megatron" and (rc.train_ep or 1) > 1:
+        out.append(f"Megatron expert parallelism {rc.train_ep}: its all-to-all token dispatch is not priced")
+    elif rc.train_strategy != "megatron" and (rc.train_tp or 1) > 1:
+        out.append(f"tensor parallelism {rc.train_tp} under FSDP: predicted as FSDP alone over the same GPUs")
     if rc.lora_rank:
         out.append(f"LoRA rank {rc.lora_rank}: predicted as full fine-tuning")
     if rc.multi_turn:

@@ -46,6 +46,12 @@ class TrainShape(_Spec):
     padded_seq_len: Optional[int] = Field(None, gt=0)  # every sequence padded to this many tokens (no remove-padding)
     token_budget: Optional[int] = Field(None, gt=0)  # tokens per GPU per update micro-batch (dynamic batching)
     logprob_token_budget: Optional[int] = Field(None, gt=0)  # the same for the log-prob passes
+    # the training backend: FSDP (weights all-gathered per micro-batch) or Megatron-core (weights resident,
+    # TP x PP per model replica, the rest data-parallel; roofline/rl.py); tp/pp/ep are Megatron's layout
+    backend: Literal["fsdp", "megatron"] = "fsdp"
+    tp: int = Field(1, ge=1)
+    pp: int = Field(1, ge=1)
+    ep: int = Field(1, ge=1)
 
 
 class CriticShape(_Spec):

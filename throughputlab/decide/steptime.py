@@ -18,6 +18,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from throughputlab import roofline as rf
+from throughputlab.decide.backend import layout_for, megatron_minibatch_extra_s, megatron_pass
 from throughputlab.decide.cluster import (
     ClusterSpec,
     Placement,
@@ -41,6 +42,7 @@ from throughputlab.decide.shape import (  # noqa: F401  (re-exported: the shape'
 )
 from throughputlab.errors import UserError
 from throughputlab.roofline import Costs
+from throughputlab.roofline import rl as rf_rl
 from throughputlab.throughput import ThroughputModel
 
 DEFAULT_MAX_NUM_SEQS = 1024  # veRL's rollout default; the bench's largest concurrency is no engine setting
@@ -158,6 +160,7 @@ class StepModel:
             cmb = rf.budget_micro_batch(cs.token_budget, self.train_seq_len) if cs.token_budget else cs.micro_batch
             self.critic_micro_batch = micro_batch_for(self.train_model, cmb or self.micro_batch,
                                                       "critic.micro_batch")
+        self.layout = layout_for(tr, placement.train_gpus if placement is not None else 1)
         self.sync_s = self._sync_s()
         self.overlapped = shape.overlap == "off-policy" or (placement is not None and placement.kind == "split"
                                                             and shape.overlap != "separate")
@@ -191,9 +194,21 @@ class StepModel:
         return rf.pass_launch_s(model.costs.num_layers, backward, model.activation_checkpointing)
 
     def _pass(self, model: ThroughputModel, backward: bool):
-        """One micro-batch's time (b sequences of s tokens): a forward, or forward and backward, plus its launches."""
-        launch, step = self._launch_s(model, backward), model.train_step_s if backward else model.forward_s
+        """One micro-batch's time (b sequences of s tokens): a forward, or forward and backward, plus its
+        launches; with Megatron, on one model replica (decide/backend.py)."""
+        launch = self._launch_s(model, backward)
+        if self.layout is not None:
+            return megatron_pass(model, self.layout, backward, launch)
+        step = model.train_step_s if backward else model.forward_s
         return lambda b, s: step(b, s) + launch
+
+    def _forward_s(self, model: ThroughputModel, ranks: int, mb: int, seq_len: float) -> float:
+        """A forward-only pass over ``ranks`` sequences per data-parallel rank in micro-batches of ``mb``
+        (with Megatron, plus the pipeline's bubble)."""
+        t = _passes_s(ranks, mb, seq_len, self._pass(model, False))
+        if self.layout is not None:
+            t *= 1.0 + rf_rl.pipeline_bubble(self.layout.pp, -(-ranks // mb))
+        return t
 
     def _micro(self, budget: Optional[int], seq_len: float, fixed: int) -> int:
         """A pass's sequences per micro-batch: filled up to the token budget at this step's mean length,
@@ -206,7 +221,7 @@ class StepModel:
     def critic_forward_s(self, per_device: int, seq_len: float) -> float:
         """The critic's value pass over ``per_device`` sequences of ``seq_len`` tokens (PPO)."""
         assert self.critic_model is not None
-        return _passes_s(per_device, self._critic_micro(seq_len), seq_len, self._pass(self.critic_model, False))
+        return self._forward_s(self.critic_model, per_device, self._critic_micro(seq_len), seq_len)
 
     def _update_s(self, model: ThroughputModel, n: int, seq_len: float, mb: int, param_scale: float,
                   devices: int = 1) -> tuple[float, int]:
@@ -223,7 +238,13 @@ class StepModel:
             sizes = [n // k + (1 if i < n % k else 0) for i in range(k)]
         opt = model.train.optimizer_step_s * param_scale
         one = self._pass(model, True)
-        one_epoch = sum(_passes_s(-(-m // devices), mb, seq_len, one) + opt for m in sizes)
+        one_epoch = 0.0
+        for m in sizes:
+            ranks = -(-m // devices)
+            t = _passes_s(ranks, mb, seq_len, one)
+            if self.layout is not None:
+                t += megatron_minibatch_extra_s(model, self.layout, t, -(-ranks // mb), param_scale)
+            one_epoch += t + opt
         return tr.epochs * one_epoch, tr.epochs * len(sizes)
 
     def step(self, prompts: int, group: int, lengths: Optional[np.ndarray] = None) -> StepTime:
@@ -314,12 +335,13 @@ class StepModel:
         # a padded pass computes every sequence at the padded length; a packed one at its own
         seq = max(p + float(np.mean(lengths)), float(tr.padded_seq_len or 0))
         tm = self.train_model
-        dev = pl.train_gpus if pl is not None else 1
+        gpus = pl.train_gpus if pl is not None else 1
+        dev = self.layout.dp if self.layout is not None else gpus  # Megatron: sequences per model replica
         per_dev = -(-n // dev)
         passes = int(tr.old_logprob) + int(tr.ref_logprob)
         mb = self._micro(tr.token_budget, seq, self.micro_batch)
         lmb = self._micro(tr.logprob_token_budget, seq, self.logprob_micro_batch)
-        logprob = passes * _passes_s(per_dev, lmb, seq, self._pass(tm, False))
+        logprob = passes * self._forward_s(tm, per_dev, lmb, seq)
         train, opt_steps = self._update_s(tm, n, seq, mb, 1.0, dev)
         critic = 0.0
         if self.critic_model is not None:
@@ -339,7 +361,7 @@ class StepModel:
                         logprob_s=logprob, train_s=train, critic_s=critic, sync_s=self.sync_s, step_s=total,
                         micro_batch=mb, optimizer_steps=opt_steps, seq_len_mean=seq, rollout=roll,
                         placement=pl.label if pl is not None else None, engines=len(counts), engine_prompts=counts,
-                        gen_engine_mean_s=gen_mean, train_devices=dev, idle_share=idle, prefix_sharing=share > 1,
+                        gen_engine_mean_s=gen_mean, train_devices=gpus, idle_share=idle, prefix_sharing=share > 1,
                         off_policy_steps=self.slack_steps)
 
 

@@ -1,0 +1,83 @@
+"""The training backend of a step: FSDP (the throughput model's own training terms) or Megatron-core.
+
+Megatron (``shape.train.backend: megatron``) is an approximation that says it is one: each model
+replica is ``tp x pp`` GPUs holding its weight shard resident (no per-micro-batch all-gather), the other
+factor of the training GPUs is data-parallel. A micro-batch of ``b`` sequences on a replica costs the
+FSDP-free compute of ``b`` sequences divided over its ``tp x pp`` GPUs, the launches of its stage's
+``L / pp`` layers, and the TP all-reduces of its activations; a mini-batch adds the 1F1B bubble and the
+distributed optimizer's gradient and parameter traffic over the data-parallel ranks (roofline/rl.py).
+Not priced: EP's all-to-all token dispatch; memory follows the FSDP line.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from pydantic import BaseModel, ConfigDict
+
+from throughputlab.roofline import rl as rf
+from throughputlab.throughput import ThroughputModel
+
+
+class MegatronLayout(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    tp: int
+    pp: int
+    ep: int
+    dp: int
+
+    @property
+    def model_parallel(self) -> int:
+        return self.tp * self.pp
+
+    def describe(self, gpus: int) -> str:
+        return (f"training backend: Megatron on {gpus} GPU(s), TP {self.tp} x PP {self.pp} (EP {self.ep}), "
+                f"{self.dp} data-parallel replica(s): weights resident (no FSDP all-gather per micro-batch), TP "
+                "all-reduces per layer at the node's link, the 1F1B bubble, the distributed optimizer's gradient "
+                "and parameter traffic per optimizer step; an approximation: EP's all-to-all not priced, memory "
+                "as FSDP's")
+
+
+def layout_for(train, devices: int) -> Optional[MegatronLayout]:
+    """The Megatron layout of ``shape.train`` on ``devices`` training GPUs; None for FSDP. The data-parallel
+    size is what TP x PP leaves (at least one replica)."""
+    if train.backend != "megatron":
+        return None
+    return MegatronLayout(tp=train.tp, pp=train.pp, ep=train.ep, dp=max(devices // (train.tp * train.pp), 1))
+
+
+def fsdp_note(devices: int) -> str:
+    return (f"training backend: FSDP over {devices} GPU(s): parameters all-gathered in every micro-batch's forward "
+            "and backward, gradients reduce-scattered")
+
+
+def megatron_pass(model: ThroughputModel, layout: MegatronLayout, backward: bool,
+                  launch_s: float) -> Callable[[float, float], float]:
+    """One micro-batch of ``b`` sequences of ``s`` tokens on one model replica (see the module's note);
+    ``launch_s``: the whole model's per-layer launches of this pass, of which a stage runs 1/pp."""
+    alone = model.model_copy(update={"train_devices": 1})  # the compute without FSDP's collectives
+    step = alone.train_step_s if backward else alone.forward_s
+    comm = model.comm
+    g = layout.model_parallel
+    recompute = model.activation_checkpointing
+
+    def one(b: float, s: float) -> float:
+        tp = 0.0
+        if comm is not None and layout.tp > 1:
+            tp = rf.megatron_tp_comm_s(model.costs, b * s, layout.tp, comm.tp_busbw_bytes_per_s, comm.tp_alpha_s,
+                                       backward, recompute)
+        return float(step(b, s)) / g + launch_s / layout.pp + tp
+    return one
+
+
+def megatron_minibatch_extra_s(model: ThroughputModel, layout: MegatronLayout, passes_s: float,
+                               micro_batches: int, param_scale: float = 1.0) -> float:
+    """What a mini-batch adds to its micro-batches' ``passes_s``: the 1F1B bubble and the distributed
+    optimizer's traffic over the data-parallel ranks (the exposed share, as FSDP's)."""
+    bubble = rf.pipeline_bubble(layout.pp, micro_batches) * passes_s
+    comm = model.comm
+    if comm is None:
+        return bubble
+    sync = rf.megatron_dp_sync_s(model.costs, layout.model_parallel, layout.dp, comm.fsdp_busbw_bytes_per_s,
+                                 comm.fsdp_alpha_s) * param_scale
+    return bubble + (1.0 - comm.fsdp_hidden_share) * sync
