@@ -1,6 +1,8 @@
 """`throughputlab lr`: batch-size lr rules, lr-law fitting, and the deep scalar linear network study.
 
-Options are read as text and checked by the library, so every bad value is one line and exit code 2.
+Each subcommand's settings are one tree (throughputlab.lr.settings), layered like every command's:
+defaults < --spec FILE < flags < --set KEY=VALUE, with --print-spec. Flags are read as text and
+checked by the settings model, so every bad value is one line and exit code 2.
 """
 
 from __future__ import annotations
@@ -9,10 +11,20 @@ import json
 import math
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any, Optional
 
 import click
 
 from throughputlab.errors import UserError
+from throughputlab.lr.settings import DepthSpec, FitSpec, ScaleSpec
+from throughputlab.settings.options import layer_options, setting_option
+
+# flag (click parameter name) -> settings key, per subcommand; the models hold the defaults and the help
+SCALE_FLAGS = {"lr_value": "lr", "from_batch": "from_batch", "to_batch": "to_batch", "rule": "rule",
+               "beta1": "beta1", "beta2": "beta2", "eps": "eps"}
+FIT_FLAGS = {"sweep": "sweep", "columns": "columns", "window": "window", "alpha_level": "alpha"}
+DEPTH_FLAGS = {"depths": "depths", "data": "data", "step_rate": "step_rate", "p0": "p0", "steps": "steps",
+               "check_exact": "check_exact"}
 
 
 @click.group(name="lr")
@@ -26,63 +38,88 @@ def lr() -> None:
     """
 
 
-def _require(value, option: str):
+def _resolve(ctx: click.Context, model, command: str, keys: dict[str, str], spec_file: Optional[Path],
+             set_items: tuple[str, ...], print_spec: bool, flags: dict[str, Any]):
+    """The subcommand's settings from its layers; None after printing them (--print-spec)."""
+    from throughputlab.settings import Settings
+    from throughputlab.settings.options import command_layers, given
+    from throughputlab.settings.options import print_spec as echo_spec
+
+    layers = command_layers(ctx, spec_file, command, given(ctx, flags), keys, set_items)
+    spec = Settings(model, command).resolve(layers)
+    if print_spec:
+        echo_spec(spec)
+        return None
+    return spec
+
+
+def _require(value, option: str, key: str, command: str):
     if value is None:
-        raise UserError(f"{option} is required (see `throughputlab lr --help`)")
+        raise UserError(f"{option} is required ({key} in a --spec file or --set {key}=...; see "
+                        f"`throughputlab {command} --help`)")
     return value
 
 
-def _number(value: str, option: str) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise UserError(f"{option} must be a number, got {value!r}") from None
-    if not math.isfinite(v):
-        raise UserError(f"{option} must be a finite number, got {value!r}")
-    return v
+def _option(model, keys: dict[str, str]):
+    def option(*decls: str, **kw):
+        return setting_option(model, keys[decls[-1]], *decls, **kw)
+
+    return option
+
+
+scale_option = _option(ScaleSpec, SCALE_FLAGS)
 
 
 @lr.command()
-@click.option("--lr", "lr_value", metavar="LR", help="Learning rate tuned at --from-batch.")
-@click.option("--from-batch", metavar="B0", help="Batch size (sequences or tokens) the lr was tuned at.")
-@click.option("--to-batch", metavar="B", help="Batch size to run at (same unit as --from-batch).")
-@click.option("--rule", default="sqrt", show_default=True, metavar="sqrt|linear|none",
-              help="sqrt: lr*sqrt(B/B0), for Adam-family optimizers; linear: lr*B/B0, for SGD; none: keep lr.")
-@click.option("--beta1", default="0.9", show_default=True, help="Adam beta1, for the SDE rule shown beside.")
-@click.option("--beta2", default="0.999", show_default=True, help="Adam beta2, for the SDE rule shown beside.")
-@click.option("--eps", default="1e-8", show_default=True, help="Adam epsilon, for the SDE rule shown beside.")
-def scale(lr_value, from_batch, to_batch, rule, beta1, beta2, eps):
+@layer_options("lr scale", "to_batch=8192, --set rule=linear")
+@scale_option("--lr", "lr_value", metavar="LR", shown="required")
+@scale_option("--from-batch", "from_batch", metavar="B0", shown="required")
+@scale_option("--to-batch", "to_batch", metavar="B", shown="required")
+@scale_option("--rule", "rule", metavar="sqrt|linear|none")
+@scale_option("--beta1", "beta1")
+@scale_option("--beta2", "beta2")
+@scale_option("--eps", "eps", shown="1e-8")
+@click.pass_context
+def scale(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, ...], print_spec: bool, **flags):
     """Learning rate for a new batch size, with Adam's full SDE scaling rule beside it.
 
     The SDE rule (Malladi et al. 2022) also moves Adam's betas and epsilon with k = B/B0:
     lr*sqrt(k), 1-beta multiplied by k, eps/sqrt(k).
+
+    The settings are one tree (`--print-spec` shows it), built in this order, later winning:
+    the defaults < --spec FILE < the flags below < --set KEY=VALUE.
     """
     from throughputlab.lr.rules import scale_adam_sde, scale_lr
 
-    lr_v = _require(lr_value, "--lr")
-    b0 = _require(from_batch, "--from-batch")
-    b1 = _require(to_batch, "--to-batch")
+    spec = _resolve(ctx, ScaleSpec, "lr scale", SCALE_FLAGS, spec_file, set_items, print_spec, flags)
+    if spec is None:
+        return
+    lr_v = _require(spec.lr, "--lr", "lr", "lr scale")
+    b0 = _require(spec.from_batch, "--from-batch", "from_batch", "lr scale")
+    b1 = _require(spec.to_batch, "--to-batch", "to_batch", "lr scale")
+    rule = spec.rule
     new_lr = scale_lr(lr_v, b0, b1, rule)
-    sde = scale_adam_sde(lr_v, b0, b1, _number(beta1, "--beta1"), _number(beta2, "--beta2"), _number(eps, "--eps"))
-    click.echo(f"lr {float(lr_v):.6g} at batch {float(b0):g} -> {new_lr:.6g} at batch {float(b1):g} "
-               f"(rule {rule}, k = {sde.k:g})")
+    sde = scale_adam_sde(lr_v, b0, b1, spec.beta1, spec.beta2, spec.eps)
+    click.echo(f"lr {lr_v:.6g} at batch {b0:g} -> {new_lr:.6g} at batch {b1:g} (rule {rule}, k = {sde.k:g})")
     click.echo(f"Adam SDE rule: lr {sde.lr:.6g}, beta1 {sde.beta1:.6g}, beta2 {sde.beta2:.6g}, eps {sde.eps:.3g}")
     if sde.k > 1 and (sde.beta1 == 0.0 or sde.beta2 == 0.0):
         click.echo("note: k*(1-beta) reached 1, so a beta was clipped at 0: the SDE rule does not hold this far")
 
 
+fit_option = _option(FitSpec, FIT_FLAGS)
+
+
 @lr.command()
-@click.argument("sweep", metavar="SWEEP.csv")
-@click.option("--columns", metavar="NAME=CSVCOL,...",
-              help="Map CSV columns onto params,tokens,lr,loss[,weight_norm,update_norm | effective_lr], "
-                   "e.g. params=N,tokens=D,loss=eval_loss. Unmapped names are read as they are.")
-@click.option("--window", default="2", show_default=True,
-              help="Points on each side of the lowest loss used in the quadratic fit in log lr.")
-@click.option("--alpha", "alpha_level", default="0.05", show_default=True,
-              help="Significance level of the curvature test.")
+@click.argument("sweep", metavar="SWEEP.csv", required=False)
+@layer_options("lr fit", "window=3, --set columns.loss=eval_loss")
+@fit_option("--columns", "columns", metavar="NAME=CSVCOL,...")
+@fit_option("--window", "window")
+@fit_option("--alpha", "alpha_level")
 @click.option("--json", "json_out", metavar="OUT", help="Write the full result as JSON.")
 @click.option("--html", "html_out", metavar="OUT", help="Write an offline HTML page with the figures.")
-def fit(sweep, columns, window, alpha_level, json_out, html_out):
+@click.pass_context
+def fit(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, ...], print_spec: bool,
+        json_out: Optional[str], html_out: Optional[str], **flags):
     """Fit log lr* = c0 + alpha log N + beta log D from an lr sweep, and test it for curvature.
 
     \b
@@ -95,15 +132,18 @@ def fit(sweep, columns, window, alpha_level, json_out, html_out):
       effective_lr               optional: ||dW||/||W|| directly
     With norms the same law is fitted on the effective learning rate, which says whether the
     curvature in lr* goes away there.
-    """
-    from throughputlab.lr.law import fit_sweep, load_sweep, parse_column_map
 
-    try:
-        w = int(window)
-    except ValueError:
-        raise UserError(f"--window must be a positive integer, got {window!r}") from None
-    df = load_sweep(sweep, parse_column_map(columns))
-    rep = fit_sweep(df, window=w, alpha_level=_number(alpha_level, "--alpha"), source=sweep)
+    The settings are one tree (`--print-spec` shows it; its key sweep is SWEEP.csv), built in
+    this order, later winning: the defaults < --spec FILE < the flags below < --set KEY=VALUE.
+    """
+    from throughputlab.lr.law import fit_sweep, load_sweep
+
+    spec = _resolve(ctx, FitSpec, "lr fit", FIT_FLAGS, spec_file, set_items, print_spec, flags)
+    if spec is None:
+        return
+    sweep = _require(spec.sweep, "SWEEP.csv", "sweep", "lr fit")
+    df = load_sweep(sweep, spec.columns)
+    rep = fit_sweep(df, window=spec.window, alpha_level=spec.alpha, source=sweep)
     for line in rep.summary:
         click.echo(line)
     if json_out:
@@ -125,69 +165,55 @@ def _write(path: str, text: str) -> None:
         raise UserError(f"cannot write {path!r}: {e.strerror}") from None
 
 
-DEFAULT_DATA = ("1:0.25", "1:1.5", "2:6")
-
-
-def _parse_data(values) -> dict:
+def _datasets(pairs) -> dict:
     from throughputlab.lr.scalar import ScalarData
 
     out = {}
-    for v in values:
-        parts = v.split(":")
-        if len(parts) != 2:
-            raise UserError(f"--data takes EXX:EXY (E[x^2]:E[xy]), got {v!r}")
-        d = ScalarData(_number(parts[0], "--data E[x^2]"), _number(parts[1], "--data E[xy]"))
+    for exx, exy in pairs:
+        d = ScalarData(exx, exy)
         out[f"E[x2]={d.exx:g},E[xy]={d.exy:g} (p*={d.p_star:.3g})"] = d
     return out
-
-
-def _parse_depths(text: str) -> list[int]:
-    try:
-        depths = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise UserError(f"--depths takes comma-separated positive integers, got {text!r}") from None
-    if not depths or any(d < 1 for d in depths):
-        raise UserError(f"--depths takes comma-separated positive integers, got {text!r}")
-    return depths
 
 
 def _fmt(v, spec=".4f"):
     return "diverged" if v is None else format(v, spec)
 
 
+depth_option = _option(DepthSpec, DEPTH_FLAGS)
+
+
 @lr.command()
-@click.option("--depths", default="1,2,4,8,16,32,64,128", show_default=True, help="Depths L to simulate.")
-@click.option("--data", "data", multiple=True, metavar="EXX:EXY",
-              help=f"Data second moments E[x^2]:E[xy]; repeat for several. Default: {' '.join(DEFAULT_DATA)}.")
-@click.option("--step-rate", default="0.1", show_default=True,
-              help="Target per-step contraction 1 - r of |p - p*| for the data-dependent rule.")
-@click.option("--p0", default="1.0", show_default=True, help="Start product (balanced layers; 1 = identity).")
-@click.option("--steps", default="20000", show_default=True, help="Most gradient-descent steps per run.")
-@click.option("--check-exact/--no-check-exact", default=True, show_default=True,
-              help="Also compare the exact gradient-flow solution with simulated GD at depths 1, 2, 3, 8.")
+@layer_options("lr depth", "depths=[1,2,4], --set data=[[1,0.25]]")
+@depth_option("--depths", "depths", metavar="LIST")
+@depth_option("--data", "data", multiple=True, metavar="EXX:EXY", shown="1:0.25 1:1.5 2:6")
+@depth_option("--step-rate", "step_rate")
+@depth_option("--p0", "p0")
+@depth_option("--steps", "steps")
+@depth_option("--check-exact/--no-check-exact", "check_exact")
 @click.option("--json", "json_out", metavar="OUT", help="Write the rows as JSON.")
-def depth(depths, data, step_rate, p0, steps, check_exact, json_out):
+@click.pass_context
+def depth(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, ...], print_spec: bool,
+          json_out: Optional[str], **flags):
     """Deep scalar linear nets f(x) = w_L...w_1 x: which per-depth lr gives the same convergence rate?
 
     Gradient descent is run at every depth with two rules: lr = lr_1 / L (data-agnostic, lr_1
     the depth-1 rate-r step) and lr_L = r / (L E[x^2] p*^(2-2/L)), p* = E[xy]/E[x^2] (data-
     dependent). Rates are per step, -d log|p - p*| / dk, measured on the simulated runs.
+
+    The settings are one tree (`--print-spec` shows it), built in this order, later winning: the
+    defaults < --spec FILE < the flags below < --set KEY=VALUE.
     """
     from throughputlab.lr import scalar as sn
 
-    datasets = _parse_data(data or DEFAULT_DATA)
-    d_list = _parse_depths(depths)
-    try:
-        n_steps = int(steps)
-    except ValueError:
-        raise UserError(f"--steps must be a positive integer, got {steps!r}") from None
-    if n_steps < 10:
-        raise UserError(f"--steps must be at least 10, got {n_steps}")
-    p0_v = _number(p0, "--p0")
+    spec = _resolve(ctx, DepthSpec, "lr depth", DEPTH_FLAGS, spec_file, set_items, print_spec, flags)
+    if spec is None:
+        return
+    datasets = _datasets(spec.data)
+    d_list, n_steps, p0_v, check_exact = spec.depths, spec.steps, spec.p0, spec.check_exact
     for name, d in datasets.items():
         if d.p_star == p0_v:
             raise UserError(f"--p0 {p0_v:g} is already the optimum of data {name}: pick another --p0 or --data")
-    study = sn.depth_study(datasets, d_list, _number(step_rate, "--step-rate"), p0_v, n_steps)
+    study = sn.depth_study(datasets, d_list, spec.step_rate, p0_v, n_steps)
 
     left = abs(1 - study.step_rate)  # the error's factor per step near p*: 1 - r, overshooting past r = 1
     target = f"{-math.log(left):.4f}" if left > 0 else "inf (one step reaches p* near it)"

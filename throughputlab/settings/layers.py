@@ -195,10 +195,15 @@ def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def dump_yaml(settings: BaseModel) -> str:
-    """The resolved settings as a spec file (`--print-spec`): every key, None as null."""
+    """The resolved settings as a spec file (`--print-spec`): every key, None as null; one key a
+    line (a section's keys indented under it), a list of scalars on its key's line."""
     import yaml
 
-    return yaml.safe_dump(settings.model_dump(mode="json"), sort_keys=False, default_flow_style=None)
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    Dumper.add_representer(dict, lambda d, data: d.represent_mapping("tag:yaml.org,2002:map", data, flow_style=False))
+    return yaml.dump(settings.model_dump(mode="json"), Dumper=Dumper, sort_keys=False, default_flow_style=None)
 
 
 def leaf_keys(model: type[BaseModel], prefix: str = ""):
