@@ -55,7 +55,11 @@ class FitResult(Record):
 
 
 def costs_of(profile: Profile) -> Costs:
-    return Costs.from_spec(profile.model, profile.bytes_per_param)
+    """The model constants of a profile, with the KV-cache dtype its engine recorded (``engine_args``
+    kv_cache_dtype: an fp8 cache halves k, as the engine sized it)."""
+    args = profile.engine.engine_args if profile.engine else {}
+    kv = rf.kv_value_bytes(profile.bytes_per_param, str(args.get("kv_cache_dtype") or "auto"))
+    return Costs.from_spec(profile.model, profile.bytes_per_param, kv)
 
 
 def probe_costs_of(profile: Profile) -> Optional[Costs]:

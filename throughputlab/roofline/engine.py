@@ -76,9 +76,10 @@ class EngineSettings(BaseModel):
 
 
 def kv_value_bytes(weight_bytes_per_param: int, kv_cache_dtype: str = "auto") -> int:
-    """Bytes per cached K or V value: fp8 is 1; auto is the model's activation dtype, 16 bits for 16-bit
-    and 8-bit weights alike (vLLM --kv-cache-dtype auto), fp32 for an fp32 model."""
-    return 1 if kv_cache_dtype == "fp8" else max(weight_bytes_per_param, ACTIVATION_BYTES)
+    """Bytes per cached K or V value: fp8 (vLLM's fp8, fp8_e4m3, fp8_e5m2) is 1; auto is the model's
+    activation dtype, 16 bits for 16-bit and 8-bit weights alike (vLLM --kv-cache-dtype auto), fp32 for
+    an fp32 model."""
+    return 1 if str(kv_cache_dtype).startswith("fp8") else max(weight_bytes_per_param, ACTIVATION_BYTES)
 
 
 def profile_activation_bytes(costs: Costs, tokens: int, rows: int, tp: int = 1) -> float:
