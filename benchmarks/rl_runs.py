@@ -358,7 +358,10 @@ def predict_row(run: Run, meas: Measurement, tmp: Path, capped: bool) -> Row:
                   "response_source": dist_src}
     try:
         spec = model_spec(spec_name)
-        profile = _profile(spec, ds.device, dtype, Layout(gpus=run.gpus, nodes=nodes, tp=tp).check(), tmp)
+        # predict's layout keeps TP within a node; decide takes the config's engine TP, across nodes too
+        per_node = max(run.gpus // nodes, 1)
+        profile = _profile(spec, ds.device, dtype,
+                           Layout(gpus=run.gpus, nodes=nodes, tp=tp if tp <= per_node else per_node).check(), tmp)
         decision = decide_from_spec(build_spec(None, base, profile=profile, **flags))[0]
     except UserError as e:
         row.reason = f"the library refuses it: {e}"

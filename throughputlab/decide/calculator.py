@@ -15,7 +15,14 @@ from typing import Literal, Optional
 from pydantic import field_validator
 
 from throughputlab.decide.backend import fsdp_note
-from throughputlab.decide.cluster import ClusterSpec, Placement, kv_tokens_from_gib, layout_notes, placements
+from throughputlab.decide.cluster import (
+    ClusterSpec,
+    Placement,
+    cross_node_note,
+    kv_tokens_from_gib,
+    layout_notes,
+    placements,
+)
 from throughputlab.decide.curves import CurvesResult, CurvesSpec, Direction, NStarParam, load_curves, parse_nstar
 from throughputlab.decide.decision import Decision, Recommendation, Row, SampleUnit
 from throughputlab.decide.notes import context_note, kv_limited_note, partial_notes, profile_notes
@@ -269,6 +276,9 @@ def decide(spec: DecideSpec, model: ThroughputModel, train_model: Optional[Throu
         notes.append(f"GRPO: the {spec.group} responses of a prompt share its prefill and KV cache (prefix caching)")
     if spec.shape.train.activation_checkpointing:
         notes.append("activation checkpointing: the forward is recomputed in the backward")
+    span = cross_node_note(placement, steps.model) if placement is not None else None
+    if span:
+        notes.append(span)
     if placement is not None or steps.layout is not None:
         gpus = placement.train_gpus if placement is not None else 1
         notes.append(steps.layout.describe(gpus) if steps.layout is not None else fsdp_note(gpus))

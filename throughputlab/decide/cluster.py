@@ -22,6 +22,7 @@ from throughputlab.calibration import DEFAULT_EFFICIENCIES
 from throughputlab.errors import UserError
 from throughputlab.records.base import Record
 from throughputlab.records.peaks import INTER_NODE_BYTES_PER_S
+from throughputlab.roofline import rl as rf_rl
 from throughputlab.throughput import CommParams, ThroughputModel
 
 COLOCATED_GPU_MEMORY_UTILIZATION = 0.5  # veRL's rollout default: the trainer's state stays on the devices
@@ -59,6 +60,10 @@ class Placement(Record):
     @property
     def engines(self) -> int:
         return self.gen_gpus // self.tp
+
+    @property
+    def per_node(self) -> int:
+        return max(self.gpus // max(self.nodes, 1), 1)
 
     @property
     def train_nodes(self) -> int:
@@ -106,9 +111,10 @@ def placements(model: ThroughputModel, spec: ClusterSpec) -> list[Placement]:
     if spec.engine_tp is not None:
         if spec.engine_tp < 1:
             raise UserError(f"--engine-tp must be a positive integer, got {spec.engine_tp}")
-        if spec.engine_tp > per_node:
-            raise UserError(f"--engine-tp {spec.engine_tp} is larger than the {per_node} GPU(s) of a node: "
-                            "an engine's tensor parallelism stays within a node")
+        if spec.engine_tp > per_node and (spec.engine_tp % per_node or spec.engine_tp > gpus):
+            why = (f"and than the {gpus} GPU(s) of the run" if spec.engine_tp > gpus else
+                   "and not a whole number of nodes: an engine spans whole nodes or stays within one")
+            raise UserError(f"--engine-tp {spec.engine_tp} is larger than the {per_node} GPU(s) of a node {why}")
         tps = [spec.engine_tp]
     elif spec.placement == "search" and model.source != "fit":
         tps = [t for t in (1, 2, 4, 8, 16) if t <= per_node and per_node % t == 0]
@@ -159,6 +165,8 @@ def generation_model(model: ThroughputModel, pl: Placement, spec: ClusterSpec, e
     eager = getattr(engine, "enforce_eager", None)
     if model.source != "fit":
         update["tp"] = pl.tp
+        if model.comm is not None and pl.tp > pl.per_node:
+            update["comm"] = cross_node_tp_comm(model.comm, pl.tp, pl.per_node)
         if model.engine is not None:
             update.update(_engine_update(model, pl.tp, util, mem, engine))
         elif mem is not None:
@@ -224,6 +232,28 @@ def training_model(model: ThroughputModel, pl: Placement, checkpointing: bool, s
         comm = relinked(comm, pl.train_nodes)
     return model.model_copy(update={"train": train, "train_devices": n, "nodes": pl.train_nodes, "comm": comm,
                                     "activation_checkpointing": checkpointing or model.activation_checkpointing})
+
+
+def cross_node_tp_comm(comm: CommParams, tp: int, per_node: int) -> CommParams:
+    """An engine whose tensor parallelism spans nodes (NeMo-RL runs vLLM at TP 16 over two 8-GPU nodes): its
+    all-reduces run at the inter-node link's rate (one 400 Gb/s NIC per GPU at the stated collective
+    efficiency) and latency (roofline.rl.INTER_NODE_ALPHA_S), without the small-message regime of vLLM's
+    custom all-reduce, which needs NVLink peers (roofline.rl.cross_node_tp_link)."""
+    inter = DEFAULT_EFFICIENCIES.comm_bw * INTER_NODE_BYTES_PER_S
+    bw, alpha, _ = rf_rl.cross_node_tp_link(comm.tp_busbw_bytes_per_s, comm.tp_alpha_s, tp, per_node, inter,
+                                            rf_rl.INTER_NODE_ALPHA_S)
+    return comm.model_copy(update={"tp_busbw_bytes_per_s": bw, "tp_alpha_s": alpha, "tp_small_alpha_s": None,
+                                   "tp_small_busbw_bytes_per_s": None})
+
+
+def cross_node_note(pl: Placement, model: ThroughputModel) -> Optional[str]:
+    """What the output says when an engine spans nodes."""
+    if pl.tp <= pl.per_node:
+        return None
+    c = model.comm
+    rate = f" at {c.tp_busbw_bytes_per_s / 1e9:.0f} GB/s bus bandwidth, {c.tp_alpha_s * 1e6:.0f} us each" if c else ""
+    return (f"engines of TP {pl.tp} span {pl.tp // pl.per_node} nodes of {pl.per_node} GPUs: their all-reduces "
+            f"go across nodes, over the network{rate} (the inter-node link, not NVLink)")
 
 
 def relinked(comm: CommParams, nodes: int) -> CommParams:
