@@ -50,9 +50,6 @@ from throughputlab.rlconfig import read_run_config  # noqa: E402
 DATA_DIR = ROOT / "benchmarks" / "data" / "rl_runs"
 STEP_TOL, PHASE_TOL, FAR, SHARE = 0.15, 0.25, 2.0, 0.80  # the targets: step, phases, no phase off by 2x, 80% of runs
 PHASES = ("gen_s", "logprob_s", "train_s", "critic_s", "sync_s", "step_s")
-_DEEPSEEK = ("DeepSeek-V3's multi-head latent attention (kv_lora_rank), its dense first layers "
-             "(first_k_dense_replace) and its shared expert (n_shared_experts) are not read by the library's "
-             "config parser (throughputlab.models.spec.spec_from_config): KV cache and parameter counts would be wrong")
 # the folder name's model -> (a preset or a config under published/models or rl_runs/models, note); None: cannot
 MODELS = {
     "llama3.1-8b-instruct": ("llama3.1-8b", ""),
@@ -64,8 +61,8 @@ MODELS = {
     "qwen3-30b-a3b-base": ("qwen3-30b-a3b", "the Base release has the preset's architecture"),
     "qwen3-32b": ("qwen3-32b", ""),
     "qwen3-235b-a22b": ("qwen3-235b-a22b", ""),
-    "deepseek-v3": (None, _DEEPSEEK),
-    "deepseek-v3-671b": (None, _DEEPSEEK),
+    "deepseek-v3": ("deepseek-v3", ""),
+    "deepseek-v3-671b": ("deepseek-v3", ""),
 }
 # published timers with no phase of the step model, and why
 NOT_MODELLED = {
