@@ -88,7 +88,7 @@ class Settings(Generic[M]):
             named = ".".join(loc[:i])
             name = layer.names.get(named)
             if name is not None:
-                rest = ".".join(loc[i:])
+                rest = ".".join(loc[i:]).replace(".[", "[")
                 head = name + (f": {rest}" if rest else "" if named in name else f": {named}")  # the flag, then the key
                 break
         if head == f"{layer.source}: {key}" and key:  # a section's own check: the flags that set keys in it
