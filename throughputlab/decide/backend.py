@@ -3,10 +3,11 @@
 Megatron (``shape.train.backend: megatron``) is an approximation that says it is one: each model
 replica is ``tp x pp`` GPUs holding its weight shard resident (no per-micro-batch all-gather), the other
 factor of the training GPUs is data-parallel. A micro-batch of ``b`` sequences on a replica costs the
-FSDP-free compute of ``b`` sequences divided over its ``tp x pp`` GPUs, the launches of its stage's
-``L / pp`` layers, and the TP all-reduces of its activations; a mini-batch adds the 1F1B bubble and the
+FSDP-free compute of ``b`` sequences divided over its ``tp x pp`` GPUs, and its stage's ``L / pp`` layers'
+launches, TP all-reduces of its activations and EP all-to-alls; a mini-batch adds the 1F1B bubble and the
 distributed optimizer's gradient and parameter traffic over the data-parallel ranks (roofline/rl.py).
-Not priced: EP's all-to-all token dispatch; memory follows the FSDP line.
+EP adds its two all-to-alls per MoE layer at the node's link (the network's when the EP group spans
+nodes). Memory follows the FSDP line.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ class MegatronLayout(BaseModel):
     pp: int
     ep: int
     dp: int
+    per_node: int = 8  # GPUs of a node: an EP group larger than that crosses the network
 
     @property
     def model_parallel(self) -> int:
@@ -33,17 +35,18 @@ class MegatronLayout(BaseModel):
     def describe(self, gpus: int) -> str:
         return (f"training backend: Megatron on {gpus} GPU(s), TP {self.tp} x PP {self.pp} (EP {self.ep}), "
                 f"{self.dp} data-parallel replica(s): weights resident (no FSDP all-gather per micro-batch), TP "
-                "all-reduces per layer at the node's link, the 1F1B bubble, the distributed optimizer's gradient "
-                "and parameter traffic per optimizer step; an approximation: EP's all-to-all not priced, memory "
-                "as FSDP's")
+                "all-reduces per layer at the node's link, EP's all-to-alls per MoE layer, the 1F1B bubble, the "
+                "distributed optimizer's gradient and parameter traffic per optimizer step; an approximation: "
+                "memory as FSDP's, no overlap of the TP and EP collectives with compute")
 
 
-def layout_for(train, devices: int) -> Optional[MegatronLayout]:
+def layout_for(train, devices: int, per_node: int = 8) -> Optional[MegatronLayout]:
     """The Megatron layout of ``shape.train`` on ``devices`` training GPUs; None for FSDP. The data-parallel
     size is what TP x PP leaves (at least one replica)."""
     if train.backend != "megatron":
         return None
-    return MegatronLayout(tp=train.tp, pp=train.pp, ep=train.ep, dp=max(devices // (train.tp * train.pp), 1))
+    return MegatronLayout(tp=train.tp, pp=train.pp, ep=train.ep, dp=max(devices // (train.tp * train.pp), 1),
+                          per_node=per_node)
 
 
 def fsdp_note(devices: int) -> str:
@@ -61,12 +64,22 @@ def megatron_pass(model: ThroughputModel, layout: MegatronLayout, backward: bool
     g = layout.model_parallel
     recompute = model.activation_checkpointing
 
+    ep_link = None
+    if comm is not None and layout.ep > 1:
+        inter = comm.fsdp_busbw_bytes_per_s if layout.ep > layout.per_node else comm.tp_busbw_bytes_per_s
+        ep_link = rf.cross_node_tp_link(comm.tp_busbw_bytes_per_s, comm.tp_alpha_s, layout.ep, layout.per_node,
+                                        inter, rf.INTER_NODE_ALPHA_S)
+
     def one(b: float, s: float) -> float:
-        tp = 0.0
+        coll = 0.0
         if comm is not None and layout.tp > 1:
-            tp = rf.megatron_tp_comm_s(model.costs, b * s, layout.tp, comm.tp_busbw_bytes_per_s, comm.tp_alpha_s,
-                                       backward, recompute)
-        return float(step(b, s)) / g + launch_s / layout.pp + tp
+            coll += rf.megatron_tp_comm_s(model.costs, b * s, layout.tp, comm.tp_busbw_bytes_per_s, comm.tp_alpha_s,
+                                          backward, recompute)
+        if ep_link is not None:  # each TP rank dispatches its share of the micro-batch's tokens
+            coll += rf.megatron_ep_comm_s(model.costs, b * s / layout.tp, layout.ep, ep_link[0], ep_link[1],
+                                          backward, recompute)
+        # a pipeline stage holds L/pp layers: its launches and its layers' collectives are 1/pp of the model's
+        return float(step(b, s)) / g + (launch_s + coll) / layout.pp
     return one
 
 

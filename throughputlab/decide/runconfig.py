@@ -63,7 +63,7 @@ def decide_data(rc: RunConfig) -> tuple[dict[str, Any], list[str], list[str]]:
         put("shape.train.backend", "megatron", "Megatron-core trains the policy: weights resident, no FSDP all-gather")
         put("shape.train.tp", rc.train_tp, "Megatron tensor parallelism")
         put("shape.train.pp", rc.train_pp, "Megatron pipeline parallelism")
-        put("shape.train.ep", rc.train_ep, "Megatron expert parallelism (its all-to-all is not priced)")
+        put("shape.train.ep", rc.train_ep, "Megatron expert parallelism (two all-to-alls per MoE layer)")
     padded = padded_seq_len(rc)
     put("shape.train.padded_seq_len", padded, "remove_padding off: every sequence of a training or log-prob pass "
         "padded to prompt cap + response cap")
@@ -118,9 +118,7 @@ def _not_modelled(rc: RunConfig) -> list[str]:
         out.append(f"sequence parallelism of {rc.sequence_parallel}: not modelled (training as FSDP alone)")
     if rc.param_offload or rc.optimizer_offload or rc.optimizer_on_cpu:
         out.append("parameter or optimizer offload: the reloads over the host link are not modelled")
-    if rc.train_strategy == "megatron" and (rc.train_ep or 1) > 1:
-        out.append(f"Megatron expert parallelism {rc.train_ep}: its all-to-all token dispatch is not priced")
-    elif rc.train_strategy != "megatron" and (rc.train_tp or 1) > 1:
+    if rc.train_strategy != "megatron" and (rc.train_tp or 1) > 1:
         out.append(f"tensor parallelism {rc.train_tp} under FSDP: predicted as FSDP alone over the same GPUs")
     if rc.lora_rank:
         out.append(f"LoRA rank {rc.lora_rank}: predicted as full fine-tuning")

@@ -160,7 +160,8 @@ class StepModel:
             cmb = rf.budget_micro_batch(cs.token_budget, self.train_seq_len) if cs.token_budget else cs.micro_batch
             self.critic_micro_batch = micro_batch_for(self.train_model, cmb or self.micro_batch,
                                                       "critic.micro_batch")
-        self.layout = layout_for(tr, placement.train_gpus if placement is not None else 1)
+        self.layout = layout_for(tr, placement.train_gpus if placement is not None else 1,
+                                 placement.per_node if placement is not None else 8)
         self.sync_s = self._sync_s()
         self.overlapped = shape.overlap == "off-policy" or (placement is not None and placement.kind == "split"
                                                             and shape.overlap != "separate")

@@ -14,14 +14,16 @@ pays instead:
   parameters once per optimizer step over the data-parallel ranks (Megatron-core's
   DistributedDataParallelConfig: grad_reduce_in_fp32 false by default, so 16-bit both ways).
 
-Not priced here: EP's all-to-all token dispatch and the memory of the layout (the FSDP memory line is
-kept); callers say so.
+- **EP**: two all-to-alls per MoE layer (dispatch, combine) of each token's top-k hidden states.
+
+Not priced here: the memory of the layout (the FSDP memory line is kept); callers say so.
 """
 
 from __future__ import annotations
 
 from throughputlab.roofline.core import Costs, all_weight_bytes, recompute_passes
 from throughputlab.roofline.devices import allgather_s, reduce_scatter_s, tp_comm_s
+from throughputlab.roofline.engine import ACTIVATION_BYTES
 
 MEGATRON_GRAD_BYTES = 2  # grad_reduce_in_fp32: False (Megatron-core DistributedDataParallelConfig default)
 # A small all-reduce between nodes: 19-20 us for 8 to 64 bytes over InfiniBand HDR between two 8-GPU A100 nodes
@@ -40,6 +42,21 @@ def megatron_tp_comm_s(costs: Costs, tokens, tp: int, busbw: float, alpha_s: flo
     if backward:
         passes += 1.0 + recompute_passes(recompute)[0]
     return float(passes * tp_comm_s(costs, tokens, tp, busbw, alpha_s))
+
+
+def megatron_ep_comm_s(costs: Costs, tokens, ep: int, busbw: float, alpha_s: float = 0.0, backward: bool = False,
+                       recompute=False) -> float:
+    """EP's token dispatch for one micro-batch of ``tokens`` tokens on a rank: per MoE layer an all-to-all that
+    sends each token's hidden state to its top-k experts' ranks and one that brings the results back
+    (Megatron-core's alltoall token dispatcher), 16-bit, the 1/ep of them routed to the rank itself staying
+    put (nccl-tests' all-to-all bus factor (n-1)/n); the backward runs both again, a recomputed forward too."""
+    if ep <= 1 or not costs.moe_layers or not costs.moe_top_k or not costs.hidden_size:
+        return 0.0
+    passes = 1.0
+    if backward:
+        passes += 1.0 + recompute_passes(recompute)[0]
+    m = float(tokens) * costs.moe_top_k * costs.hidden_size * ACTIVATION_BYTES
+    return float(passes * 2 * costs.moe_layers * allgather_s(m, ep, busbw, alpha_s))
 
 
 def pipeline_bubble(pp: int, micro_batches: int) -> float:
