@@ -89,3 +89,21 @@ def test_engine_tp_across_nodes_is_priced_at_the_network(q7_16):
     assert any("across nodes" in n and "TP 16" in n for n in notes)
     # one engine on twice the GPUs, its all-reduces over the network: not twice as fast
     assert across.gen_s > 0.5 * within.gen_s
+
+
+def test_verl_megatron_without_a_strategy_and_the_rollout_tp_default(tmp_path):
+    cfg = {"actor_rollout_ref": {"rollout": {"n": 4, "name": "vllm"},
+                                 "actor": {"ppo_mini_batch_size": 8,
+                                           "megatron": {"tensor_model_parallel_size": 4,
+                                                        "pipeline_model_parallel_size": 2}}},
+           "data": {"train_batch_size": 8}}
+    p = tmp_path / "v.yaml"
+    p.write_text(yaml.safe_dump(cfg))
+    rc = read_run_config(str(p), framework="verl")
+    assert rc.train_strategy == "megatron" and rc.rollout_tp == 2  # rollout.yaml's tensor_model_parallel_size
+    assert "veRL's default 2" in rc.knob("actor_rollout_ref.rollout.tensor_model_parallel_size").note
+    data, _, _ = runconfig.decide_data(rc)
+    assert data["shape"]["train"]["backend"] == "megatron" and data["cluster"]["engine_tp"] == 2
+    cfg["actor_rollout_ref"]["rollout"]["tensor_model_parallel_size"] = 8
+    p.write_text(yaml.safe_dump(cfg))
+    assert read_run_config(str(p), framework="verl").rollout_tp == 8

@@ -261,12 +261,15 @@ def decide(spec: DecideSpec, model: ThroughputModel, train_model: Optional[Throu
     steps = StepModel(model, spec.shape, train_model=train_model, critic_costs=critic,
                       caps=caps, placement=placement, cluster=cluster,
                       activation_per_sequence=activation_per_sequence, on_gpu=on_gpu)
+    lay = steps.layout
+    placed = None if placement is None else placement.labelled(
+        "FSDP" if lay is None else f"Megatron TP {lay.tp} x PP {lay.pp} x EP {lay.ep}")
     notes = [overlap_note("off-policy" if placement is not None and placement.kind == "split"
                           and spec.shape.overlap != "separate" else spec.shape.overlap),
              f"response lengths: {steps.dist.describe()}",
              f"engine limits{' (each engine)' if placement is not None else ''}: {steps.caps.describe()}"]
     if placement is not None:
-        notes.insert(0, f"placement: {placement.label}; each engine drains its share of the batch (whole prompts), "
+        notes.insert(0, f"placement: {placed}; each engine drains its share of the batch (whole prompts), "
                         "the step waits for the slowest")
         notes.append(f"weight sync {steps.sync_s:.3g} s per step"
                      + (" as modelled, before the calibration to the log" if adjust_step is not None else "")
@@ -349,6 +352,6 @@ def decide(spec: DecideSpec, model: ThroughputModel, train_model: Optional[Throu
         elif any(c.invariant for c in curves.configs if c.gap_to_baseline):
             notes.append("the curves overlap at equal samples: batch-size invariant within tolerance")
     return Decision(rows=rows, baseline=rows[base_index].label, sample_unit=spec.sample_unit, recommendation=rec,
-                    notes=notes, overlap=spec.shape.overlap, placement=placement.label if placement else None,
+                    notes=notes, overlap=spec.shape.overlap, placement=placed,
                     nstar_source=f"learning curves {curves.source}, target {curves.target:g} ({curves.direction})"
                     if curves else param.describe(), lr_rule=spec.lr.rule, curves=curves)

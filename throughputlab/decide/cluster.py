@@ -77,10 +77,14 @@ class Placement(Record):
 
     @property
     def label(self) -> str:
+        return self.labelled()
+
+    def labelled(self, trainer: str = "FSDP") -> str:
+        """The placement in words, ``trainer`` naming the training backend (FSDP, or a Megatron layout)."""
         eng = f"{self.engines} engine{'s' if self.engines > 1 else ''} x TP {self.tp}"
         if self.kind == "colocated":
-            return f"colocated on {self.gpus} GPU{'s' if self.gpus > 1 else ''}: {eng}, FSDP over {self.train_gpus}"
-        return f"split {self.gen_gpus}+{self.train_gpus}: {eng} generate, FSDP over {self.train_gpus} train"
+            return f"colocated on {self.gpus} GPU{'s' if self.gpus > 1 else ''}: {eng}, {trainer} over {self.train_gpus}"
+        return f"split {self.gen_gpus}+{self.train_gpus}: {eng} generate, {trainer} over {self.train_gpus} train"
 
 
 def _fits_weights(model: ThroughputModel, tp: int, util: float) -> bool:

@@ -112,7 +112,12 @@ def _rollout(ctx: Ctx) -> None:
     ctx.str(f"{R}.name", "rollout_engine")
     mode = ctx.str(f"{R}.mode", note="async: the engine serves requests as they come", choices=("sync", "async"))
     ctx.set("rollout_async_engine", None if mode is None else mode == "async", f"{R}.mode")
-    ctx.int(f"{R}.tensor_model_parallel_size", "rollout_tp")
+    tp = ctx.int(f"{R}.tensor_model_parallel_size", "rollout_tp")
+    if tp is None and ctx.fields.get("rollout_engine") != "hf":
+        # verl/trainer/config/rollout/rollout.yaml (volcengine/verl 035682e): tensor_model_parallel_size: 2
+        ctx.fields["rollout_tp"] = ROLLOUT_TP_DEFAULT
+        ctx.note(f"{R}.tensor_model_parallel_size", ROLLOUT_TP_DEFAULT,
+                 f"not set: veRL's default {ROLLOUT_TP_DEFAULT} (rollout.yaml)")
     ctx.float(f"{R}.gpu_memory_utilization", "gpu_memory_utilization", lo=0.01, hi=1.0)
     ctx.bool(f"{R}.enforce_eager", "enforce_eager")
     ctx.int(f"{R}.max_num_seqs", "max_num_seqs")
@@ -170,6 +175,8 @@ def _actor(ctx: Ctx) -> None:
             f"{M}.enable_gradient_checkpointing")
     ctx.int(f"{M}.lora_rank", "lora_rank", minimum=0)
     if megatron:
+        if strategy is None:  # the recipe names no strategy but configures Megatron (the megatron trainer's config)
+            ctx.set("train_strategy", "megatron", f"{A}.megatron")
         if ctx.has(f"{A}.fsdp_config"):
             ctx.ignore(f"{A}.fsdp_config", "unused: the actor trains with Megatron")
         meg = f"{A}.megatron"
@@ -200,6 +207,7 @@ def _actor(ctx: Ctx) -> None:
 # volcengine/verl 008db45; verl/trainer/config/model/hf_model.yaml at 17aa18c keeps both): gradient
 # checkpointing on, remove-padding off. Both act on the Hugging Face model definition, so FSDP only.
 DEFAULTS = {f"{M}.enable_gradient_checkpointing": True, f"{M}.use_remove_padding": False}
+ROLLOUT_TP_DEFAULT = 2  # rollout.yaml's tensor_model_parallel_size (vLLM and SGLang; not effective for hf)
 
 
 def _default(ctx: Ctx, key: str, value: Optional[bool], default: bool, field: Optional[str] = None) -> bool:
