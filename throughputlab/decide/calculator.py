@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Literal, Optional
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 
 from throughputlab.decide.backend import fsdp_note
 from throughputlab.decide.cluster import (
@@ -37,15 +37,15 @@ class SamplesSpec(Record):
     """Where samples-to-target comes from: learning curves (with a target) or a parametric N*."""
 
     curves: Optional[CurvesSpec] = None
-    target: Optional[float] = None
-    direction: Direction = "max"
-    nstar: Optional[str] = None  # flat | flat:N=..,lo=..,hi=.. | mcandlish:N_min=..,B_noise=..
+    target: Optional[float] = Field(None, description="Metric value to reach (with --curves).")
+    direction: Direction = Field("max", description="Whether the metric rises or falls to the target.")
+    nstar: Optional[str] = Field(None, description="flat[:N=..,lo=..,hi=..] | mcandlish:N_min=..,B_noise=..")
 
 
 class LRSpec(Record):
-    ref: Optional[float] = None  # learning rate tuned at the reference batch (default: the baseline's)
+    ref: Optional[float] = Field(None, description="Learning rate tuned at the baseline batch.")
     ref_prompts: Optional[int] = None  # reference batch in prompts per step (default: the baseline)
-    rule: Literal["sqrt", "linear", "none"] = "sqrt"
+    rule: Literal["sqrt", "linear", "none"] = Field("sqrt", description="Learning-rate retuning rule.")
 
     @field_validator("ref", "ref_prompts")
     @classmethod
@@ -58,12 +58,14 @@ class LRSpec(Record):
 class DecideSpec(Record):
     """Everything `throughputlab decide` needs; the spec file holds it, flags override it."""
 
-    profile: Optional[str] = None
+    profile: Optional[str] = Field(None, description="Profile JSON, measured (`bench`) or predicted (`predict`).")
     train_profile: Optional[str] = None  # separate training devices measured on their own
     shape: RLShape = RLShape()
-    prompts: list[int] = []  # candidate prompts per step (default: the batch sizes in the curves)
-    group: int = 8
-    baseline: Optional[int] = None  # prompts per step of the baseline (default: the smallest candidate)
+    prompts: list[int] = Field([], description=(  # default: the batch sizes in the curves
+        "Candidate prompts per step, e.g. 128,256,512,1024."))
+    group: int = Field(8, description="Responses per prompt (group size).")
+    baseline: Optional[int] = Field(None, description=(  # default: the smallest candidate
+        "Baseline prompts per step."))
 
     @field_validator("baseline")
     @classmethod

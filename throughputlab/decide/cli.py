@@ -19,6 +19,8 @@ DECIDE_FLAGS = {
     "target": "samples.target", "direction": "samples.direction", "lr_ref": "lr.ref", "lr_rule": "lr.rule",
     **{k: f"cluster.{k}" for k in ("gpus", "nodes", "placement", "gen_gpus", "engine_tp", "gpu_memory_utilization")},
     "activation_checkpointing": "shape.train.activation_checkpointing", "partial_rollout": "shape.partial_rollout",
+    "off_policy_steps": "shape.off_policy_steps", "train_backend": "shape.train.backend",
+    **{f"train_{k}": f"shape.train.{k}" for k in ("tp", "pp", "ep")},
     **{k: f"shape.engine.{k}" for k in ENGINE_KEYS},
 }
 # flags that set a section in their own way (they replace what the spec file gave there)
@@ -37,6 +39,16 @@ def decide_option(*decls: str, **kw):
     from throughputlab.settings.options import setting_option
 
     return setting_option(DecideSpec, DECIDE_FLAGS[decls[-1]], *decls, **kw)
+
+
+def section_option(*decls: str, key: str, with_default: bool = False, shown: Optional[str] = None,
+                   shown_key: Optional[str] = None, **kw):
+    """A flag that sets a section in its own way (SHAPED_FLAGS), its help from the key's description."""
+    from throughputlab.decide.calculator import DecideSpec
+    from throughputlab.settings.options import described
+
+    help = described(DecideSpec, key, shown=shown, with_default=with_default, shown_key=shown_key)
+    return click.option(*decls, default=None, help=help, **kw)
 
 
 def _int_list(text: str, option: str) -> list[int]:
@@ -108,59 +120,41 @@ def build_spec(spec_file: Optional[Path], base: Optional[dict] = None, set_items
               help="An override of the config, as the framework's command line takes it (repeatable).")
 @click.option("--framework", type=click.Choice(["verl", "nemo-rl", "openrlhf", "trl"]), default=None,
               help="The config's framework. [default: from its content]")
-@decide_option("--profile", "-p", "profile", help="Profile JSON, measured (`bench`) or predicted (`predict`).")
-@decide_option("--prompts", "prompts", shown="the batch sizes in the curves",
-               help="Candidate prompts per step, e.g. 128,256,512,1024.")
-@decide_option("--group", "group", type=int, help="Responses per prompt (group size).")
-@decide_option("--baseline", "baseline", type=int, shown="the smallest", help="Baseline prompts per step.")
-@decide_option("--prompt-len", "prompt_len", type=int, help="Prompt tokens per request.")
-@click.option("--response-lengths", default=None, metavar="FILE",
-              help="Observed response lengths (tokens), one per line. [shape.response.file]")
-@click.option("--response-dist", default=None, metavar="FORM",
-              help="lognormal:mean=..,sigma=..,max=.. | uniform:min=..,max=.. | fixed:len=.. [shape.response.dist; "
-                   "default: lognormal:mean=512,sigma=0.6,max=2048]")
-@click.option("--curves", default=None, metavar="CSV",
-              help="Learning curves, one row per logged step. [samples.curves.path]")
-@decide_option("--target", "target", type=float, help="Metric value to reach (with --curves).")
-@decide_option("--direction", "direction", type=click.Choice(["max", "min"]),
-               help="Whether the metric rises or falls to the target.")
-@click.option("--column", "columns", multiple=True, metavar="KEY=NAME",
-              help="Curves column names, KEY in run, batch, lr, samples, step, metric (repeatable). "
-                   "[samples.curves.columns.KEY]")
-@click.option("--nstar", default=None, metavar="FORM",
-              help="flat[:N=..,lo=..,hi=..] | mcandlish:N_min=..,B_noise=.. [samples.nstar; default: flat]")
-@decide_option("--lr-ref", "lr_ref", type=float, shown="the baseline's",
-               help="Learning rate tuned at the baseline batch.")
-@decide_option("--lr-rule", "lr_rule", type=click.Choice(["sqrt", "linear", "none"]),
-               help="Learning-rate retuning rule.")
-@decide_option("--algo", "algo", type=click.Choice(["grpo", "ppo"]), help="PPO adds a critic.")
-@decide_option("--overlap", "overlap", type=click.Choice(["colocated", "separate", "off-policy"]),
-               help="Phases in sequence on shared or separate devices, or one-step off-policy overlap.")
-@decide_option("--seed", "seed", type=int, help="Seed for the response lengths drawn per batch.")
-@decide_option("--gpus", "gpus", type=int, shown="the profile's", help="Devices in the cluster.")
-@decide_option("--nodes", "nodes", type=int, help="Machines the devices are spread over.")
-@decide_option("--placement", "placement", type=click.Choice(["colocated", "split", "search"]),
-               help="colocated: every device generates, then every device trains (veRL's hybrid engine); split: "
-                    "--gen-gpus generate while the rest train, one step off-policy; search: every placement and "
-                    "engine size that fits, ranked by time-to-target.")
-@decide_option("--gen-gpus", "gen_gpus", type=int, help="Split placement: devices that generate.")
-@decide_option("--engine-tp", "engine_tp", type=int, shown="the profile's", help="Devices per generation engine.")
-@decide_option("--gpu-memory-utilization", "gpu_memory_utilization", type=float,
-               shown="0.5 colocated, 0.9 split",
-               help="The engines' share of device memory (KV cache = share - weights).")
-@decide_option("--max-num-seqs", "max_num_seqs", type=int, shown="1024, veRL's",
-               help="Sequences an engine runs at once (rollout.max_num_seqs).")
-@decide_option("--max-model-len", "max_model_len", type=int, shown="the profile's engine's",
-               help="The engines' max_model_len (sizes vLLM's profile run).")
-@decide_option("--max-num-batched-tokens", "max_num_batched_tokens", type=int, shown="the profile's engine's",
-               help="The chunked-prefill token budget per engine step.")
-@decide_option("--kv-cache-gib", "kv_cache_gib", type=float, shown="the engine's rule",
-               help="The KV-cache memory per GPU the engine logged, instead of the engine's rule.")
-@decide_option("--enforce-eager/--no-enforce-eager", "enforce_eager", shown="as the profile's engine",
-               help="Engines without CUDA graphs (rollout.enforce_eager): the launches of every layer in each "
-                    "decode step. A predicted profile's engine only.")
-@decide_option("--activation-checkpointing", "activation_checkpointing", is_flag=True,
-               help="Training recomputes each block's forward (veRL's default): 4x instead of 3x forward FLOPs.")
+@decide_option("--profile", "-p", "profile")
+@decide_option("--prompts", "prompts", shown="the batch sizes in the curves")
+@decide_option("--group", "group", type=int)
+@decide_option("--baseline", "baseline", type=int, shown="the smallest")
+@decide_option("--prompt-len", "prompt_len", type=int)
+@section_option("--response-lengths", metavar="FILE", key="shape.response.file")
+@section_option("--response-dist", metavar="FORM", key="shape.response.dist", with_default=True)
+@section_option("--curves", metavar="CSV", key="samples.curves.path")
+@decide_option("--target", "target", type=float)
+@decide_option("--direction", "direction", type=click.Choice(["max", "min"]))
+@section_option("--column", "columns", multiple=True, metavar="KEY=NAME", key="samples.curves.columns",
+                shown_key="samples.curves.columns.KEY")
+@section_option("--nstar", metavar="FORM", key="samples.nstar", with_default=True)
+@decide_option("--lr-ref", "lr_ref", type=float, shown="the baseline's")
+@decide_option("--lr-rule", "lr_rule", type=click.Choice(["sqrt", "linear", "none"]))
+@decide_option("--algo", "algo", type=click.Choice(["grpo", "ppo"]))
+@decide_option("--overlap", "overlap", type=click.Choice(["colocated", "separate", "off-policy"]))
+@decide_option("--off-policy-steps", "off_policy_steps", type=int, metavar="K")
+@decide_option("--seed", "seed", type=int)
+@decide_option("--gpus", "gpus", type=int, shown="the profile's")
+@decide_option("--nodes", "nodes", type=int)
+@decide_option("--placement", "placement", type=click.Choice(["colocated", "split", "search"]))
+@decide_option("--gen-gpus", "gen_gpus", type=int)
+@decide_option("--engine-tp", "engine_tp", type=int, shown="the profile's")
+@decide_option("--gpu-memory-utilization", "gpu_memory_utilization", type=float, shown="0.5 colocated, 0.9 split")
+@decide_option("--max-num-seqs", "max_num_seqs", type=int, shown="1024, veRL's")
+@decide_option("--max-model-len", "max_model_len", type=int, shown="the profile's engine's")
+@decide_option("--max-num-batched-tokens", "max_num_batched_tokens", type=int, shown="the profile's engine's")
+@decide_option("--kv-cache-gib", "kv_cache_gib", type=float, shown="the engine's rule")
+@decide_option("--enforce-eager/--no-enforce-eager", "enforce_eager", shown="as the profile's engine")
+@decide_option("--activation-checkpointing", "activation_checkpointing", is_flag=True)
+@decide_option("--train-backend", "train_backend", type=click.Choice(["fsdp", "megatron"]))
+@decide_option("--train-tp", "train_tp", type=int)
+@decide_option("--train-pp", "train_pp", type=int)
+@decide_option("--train-ep", "train_ep", type=int)
 @click.option("--against", default=None, metavar="LOG",
               help="RL run log (veRL JSONL, TRL trainer_state.json, CSV): per phase, its time beside the model's "
                    "for the same batch, response lengths and devices, and the ratio.")
@@ -175,9 +169,7 @@ def build_spec(spec_file: Optional[Path], base: Optional[dict] = None, set_items
 @click.option("--against-prompts", type=int, default=None,
               help="Prompts per step of the --against run when it differs from the --calibrate-from run's: a "
                    "calibration checked at another batch size.")
-@decide_option("--partial-rollout", "partial_rollout", type=float, metavar="OVER",
-               help="Partial rollouts (APRIL): OVER more prompts in flight as a share of the batch (0.25: 25%), "
-                    "generation ends when the batch is done, unfinished responses resume next step.")
+@decide_option("--partial-rollout", "partial_rollout", type=float, metavar="OVER")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write the decision as JSON.")
 @click.option("--html", "html_out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write an HTML report.")
 @click.pass_context

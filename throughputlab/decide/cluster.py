@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from throughputlab import roofline as rf
 from throughputlab.calibration import DEFAULT_EFFICIENCIES
@@ -33,12 +33,17 @@ SLEEP_WAKE_S = 5.0  # colocated on GPUs: vLLM's sleep (weights offloaded) and wa
 class ClusterSpec(Record):
     """The devices of the run and where each phase runs (flags or the spec's ``cluster``)."""
 
-    gpus: Optional[int] = None  # devices in all; default: the profile's layout (1 for a measured profile)
-    nodes: int = 1
-    placement: Literal["colocated", "split", "search"] = "colocated"
-    gen_gpus: Optional[int] = None  # split: the devices that generate; the others train
-    engine_tp: Optional[int] = None  # devices per generation engine; default: the profile's
-    gpu_memory_utilization: Optional[float] = None  # default 0.5 colocated, 0.9 split
+    gpus: Optional[int] = Field(None, description=(  # default: the profile's layout (1 for a measured profile)
+        "Devices in the cluster."))
+    nodes: int = Field(1, description="Machines the devices are spread over.")
+    placement: Literal["colocated", "split", "search"] = Field("colocated", description=(
+        "colocated: every device generates, then every device trains (veRL's hybrid engine); split: --gen-gpus "
+        "generate while the rest train, one step off-policy; search: every placement and engine size that fits, "
+        "ranked by time-to-target."))
+    gen_gpus: Optional[int] = Field(None, description="Split placement: devices that generate.")  # the others train
+    engine_tp: Optional[int] = Field(None, description="Devices per generation engine.")  # default: the profile's
+    gpu_memory_utilization: Optional[float] = Field(None, description=(  # default 0.5 colocated, 0.9 split
+        "The engines' share of device memory (KV cache = share - weights)."))
     sleep_wake_s: Optional[float] = None  # default 5 s colocated on GPUs, 0 otherwise
 
     @model_validator(mode="after")

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Literal, Optional
 
 import numpy as np
+from pydantic import Field
 
 from throughputlab.decide.lengths import parse_kv
 from throughputlab.errors import UserError
@@ -41,8 +42,9 @@ class CurveColumns(Record):
 
 
 class CurvesSpec(Record):
-    path: str
-    columns: CurveColumns = CurveColumns()
+    path: str = Field(description="Learning curves, one row per logged step.")
+    columns: CurveColumns = Field(CurveColumns(), description=(
+        "Curves column names, KEY in run, batch, lr, samples, step, metric (repeatable)."))
     smoothing: float = 0.6  # EMA weight on the past per logged step of the smallest batch, 0 = none (as in TensorBoard)
     smoothing_samples: Optional[float] = None  # the time constant in samples; default: from `smoothing` at the smallest batch
     invariance_tol: float = 0.05  # curves within this share of the metric's range count as invariant

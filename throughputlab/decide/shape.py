@@ -21,8 +21,9 @@ class _Spec(BaseModel):
 class ResponseSpec(_Spec):
     """Response lengths: ``dist`` (``lognormal:mean=..,sigma=..,max=..``) or ``file`` of observed lengths."""
 
-    dist: Optional[str] = None
-    file: Optional[str] = None
+    dist: Optional[str] = Field(None, description="lognormal:mean=..,sigma=..,max=.. | uniform:min=..,max=.. | "
+                                                 "fixed:len=..")
+    file: Optional[str] = Field(None, description="Observed response lengths (tokens), one per line.")
     max_tokens: Optional[int] = None  # cut applied to observed lengths
 
     def resolve(self) -> LengthDist:
@@ -42,16 +43,19 @@ class TrainShape(_Spec):
     logprob_micro_batch: Optional[int] = None  # None: the training micro-batch
     old_logprob: bool = True  # forward pass for the old policy's log-probs
     ref_logprob: bool = True  # forward pass of the reference model (KL term)
-    activation_checkpointing: bool = False  # recompute each block's forward in the backward (veRL: on)
+    activation_checkpointing: bool = Field(False, description=(  # veRL: on
+        "Training recomputes each block's forward (veRL's default): 4x instead of 3x forward FLOPs."))
     padded_seq_len: Optional[int] = Field(None, gt=0)  # every sequence padded to this many tokens (no remove-padding)
     token_budget: Optional[int] = Field(None, gt=0)  # tokens per GPU per update micro-batch (dynamic batching)
     logprob_token_budget: Optional[int] = Field(None, gt=0)  # the same for the log-prob passes
     # the training backend: FSDP (weights all-gathered per micro-batch) or Megatron-core (weights resident,
     # TP x PP per model replica, the rest data-parallel; roofline/rl.py); tp/pp/ep are Megatron's layout
-    backend: Literal["fsdp", "megatron"] = "fsdp"
-    tp: int = Field(1, ge=1)
-    pp: int = Field(1, ge=1)
-    ep: int = Field(1, ge=1)
+    backend: Literal["fsdp", "megatron"] = Field("fsdp", description=(
+        "The training backend: FSDP (weights all-gathered in every micro-batch) or Megatron-core (weights "
+        "resident in replicas of TP x PP GPUs, the rest data-parallel; an approximation)."))
+    tp: int = Field(1, ge=1, description="Megatron training: tensor-parallel size of a model replica.")
+    pp: int = Field(1, ge=1, description="Megatron training: pipeline stages of a model replica.")
+    ep: int = Field(1, ge=1, description="Megatron training: expert-parallel size (MoE models).")
 
 
 class CriticShape(_Spec):
@@ -68,30 +72,40 @@ class SyncShape(_Spec):
 class EngineShape(_Spec):
     """Overrides of the engine's settings recorded in the profile (the flags of `predict`'s engine)."""
 
-    max_num_seqs: Optional[int] = Field(None, gt=0)  # None: 1024, veRL's rollout default
+    max_num_seqs: Optional[int] = Field(None, gt=0, description=(  # None: 1024, veRL's rollout default
+        "Sequences an engine runs at once (rollout.max_num_seqs)."))
     kv_cache_tokens: Optional[int] = Field(None, gt=0)
     block_size: Optional[int] = Field(None, gt=0)  # None: the profile's engine, else 16 (vLLM: 16 on GPU, 128 on CPU)
-    kv_cache_gib: Optional[float] = Field(None, gt=0)  # the KV memory per GPU the engine logged, instead of its rule
-    enforce_eager: Optional[bool] = None  # None: as the profile's engine ran or was predicted
-    max_num_batched_tokens: Optional[int] = Field(None, gt=0)  # the chunked-prefill token budget per step
-    max_model_len: Optional[int] = Field(None, gt=0)
+    kv_cache_gib: Optional[float] = Field(None, gt=0, description=(
+        "The KV-cache memory per GPU the engine logged, instead of the engine's rule."))
+    enforce_eager: Optional[bool] = Field(None, description=(  # None: as the profile's engine ran or was predicted
+        "Engines without CUDA graphs (rollout.enforce_eager): the launches of every layer in each decode step. "
+        "A predicted profile's engine only."))
+    max_num_batched_tokens: Optional[int] = Field(None, gt=0, description=(
+        "The chunked-prefill token budget per engine step."))
+    max_model_len: Optional[int] = Field(None, gt=0, description="The engines' max_model_len (sizes vLLM's profile run).")
 
 
 class RLShape(_Spec):
-    algo: Literal["grpo", "ppo"] = "grpo"
-    prompt_len: int = 512
+    algo: Literal["grpo", "ppo"] = Field("grpo", description="PPO adds a critic.")
+    prompt_len: int = Field(512, description="Prompt tokens per request.")
     response: ResponseSpec = ResponseSpec(dist="lognormal:mean=512,sigma=0.6,max=2048")
-    overlap: Overlap = "colocated"
+    overlap: Overlap = Field("colocated", description=(
+        "Phases in sequence on shared or separate devices, or one-step off-policy overlap."))
     train: TrainShape = TrainShape()
     critic: Optional[CriticShape] = None  # PPO: default the policy's own size
     sync: SyncShape = SyncShape()
     engine: EngineShape = EngineShape()
     prefix_sharing: bool = True  # GRPO: a prompt's responses share its prefill and KV (vLLM prefix caching, n > 1)
-    partial_rollout: float = 0.0  # APRIL: extra prompts in flight as a share of the batch (0: full rollouts)
+    partial_rollout: float = Field(0.0, description=(  # 0: full rollouts
+        "Partial rollouts (APRIL): OVER more prompts in flight as a share of the batch (0.25: 25%), generation "
+        "ends when the batch is done, unfinished responses resume next step."))
     # overlapped placements: steps generation may run ahead of training (NeMo-RL's
     # grpo.async_grpo.max_trajectory_age_steps); k > 1 puts k steps' samples in the engines' queue at once
-    off_policy_steps: int = Field(1, ge=1, le=64)
-    seed: int = 0
+    off_policy_steps: int = Field(1, ge=1, le=64, description=(
+        "Overlapped placements: steps generation may run ahead of training (NeMo-RL's "
+        "grpo.async_grpo.max_trajectory_age_steps); K > 1 queues K steps' samples in the engines at once."))
+    seed: int = Field(0, description="Seed for the response lengths drawn per batch.")
 
     @field_validator("prompt_len")
     @classmethod

@@ -36,9 +36,18 @@ def setting_option(model: type[BaseModel], key: str, *decls: str, help: Optional
     """A flag for one settings key: no default of its own (None: not given), so a spec file or a
     resumed profile is not overridden by a flag the user did not type. The help is the key's
     description (or ``help``), then ``[key; default: ...]`` from the model."""
+    return click.option(*decls, default=None, help=described(model, key, help, shown), **kw)
+
+
+def described(model: type[BaseModel], key: str, help: Optional[str] = None, shown: Optional[str] = None,
+              with_default: bool = True, shown_key: Optional[str] = None) -> str:
+    """A flag's help from the model: the key's description (or ``help``), then ``[key; default: ...]``
+    (``[key]`` alone without the default; ``shown_key`` names a key below the field, as
+    ``samples.curves.path`` for the field ``samples.curves``)."""
     field, default = field_at(model, key)
     text = help or field.description or ""
-    return click.option(*decls, default=None, help=f"{text} [{key}; default: {shown or show(default)}]", **kw)
+    tail = f"; default: {shown or show(default)}" if with_default else ""
+    return f"{text} [{shown_key or key}{tail}]"
 
 
 def show(value: Any) -> str:
