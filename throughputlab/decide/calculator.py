@@ -19,8 +19,10 @@ from throughputlab.decide.cluster import (
     ClusterSpec,
     Placement,
     cross_node_note,
+    domain_note,
     kv_tokens_from_gib,
     layout_notes,
+    link_domain,
     placements,
 )
 from throughputlab.decide.curves import CurvesResult, CurvesSpec, Direction, NStarParam, load_curves, parse_nstar
@@ -183,7 +185,9 @@ def decide_from_spec(spec: DecideSpec, adjust_step=None) -> list[Decision]:
     act = rf.activation_bytes_per_sequence(prof.model, seq, prof.bytes_per_param,
                                            spec.shape.train.activation_checkpointing)
     decisions, left_out = [], []
-    for pl in placements(model, cluster):
+    domain, domain_source = link_domain(prof.hardware)
+    candidates = placements(model, cluster, domain)
+    for pl in candidates:
         try:
             decisions.append(decide(spec, model, train_model=train_model, bytes_per_param=prof.bytes_per_param,
                                     caps=caps, placement=pl, cluster=cluster, activation_per_sequence=act,
@@ -199,7 +203,10 @@ def decide_from_spec(spec: DecideSpec, adjust_step=None) -> list[Decision]:
     decisions = sorted(decisions, key=best_time)
     decisions[0].notes.extend(left_out)
     decisions[0].notes.extend(profile_notes(prof, fit))
-    decisions[0].notes.extend(layout_notes(model, decisions[0].placement, cluster))
+    decisions[0].notes.extend(layout_notes(model, decisions[0].placement, cluster, domain))
+    note = domain_note(candidates[0], domain_source)
+    if note:
+        decisions[0].notes.append(note)
     limit = prof.model.context_limit
     if limit and seq > limit:
         decisions[0].notes.append(

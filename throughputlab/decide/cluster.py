@@ -61,6 +61,7 @@ class Placement(Record):
     train_gpus: int
     tp: int
     nodes: int = 1
+    domain: Optional[int] = None  # GPUs in one NVLink domain (GB200 NVL72: 72); None: the node
 
     @property
     def engines(self) -> int:
@@ -69,6 +70,20 @@ class Placement(Record):
     @property
     def per_node(self) -> int:
         return max(self.gpus // max(self.nodes, 1), 1)
+
+    @property
+    def link_group(self) -> int:
+        """GPUs joined at the node's link (NVLink): the node, or the NVLink domain where it is larger, so a
+        collective within it never crosses the network."""
+        return max(self.per_node, self.domain or 0)
+
+    def domains(self, nodes: int) -> int:
+        """Link groups (NVLink domains, else nodes) that ``nodes`` whole nodes span, packed in order."""
+        return -(-nodes * self.per_node // self.link_group) if self.link_group > self.per_node else nodes
+
+    @property
+    def train_domains(self) -> int:
+        return self.domains(self.train_nodes)
 
     @property
     def train_nodes(self) -> int:
@@ -103,8 +118,9 @@ def device_memory(model: ThroughputModel) -> Optional[float]:
     return model.train.device_memory_bytes if model.train is not None else None
 
 
-def placements(model: ThroughputModel, spec: ClusterSpec) -> list[Placement]:
-    """The placements to evaluate: the one asked for, or every one that fits (``search``)."""
+def placements(model: ThroughputModel, spec: ClusterSpec, domain: Optional[int] = None) -> list[Placement]:
+    """The placements to evaluate: the one asked for, or every one that fits (``search``); ``domain``: GPUs
+    in one NVLink domain of the device (link_domain)."""
     measured_tp = model.tp if model.source != "fit" else max(model.tp, 1)
     gpus = spec.gpus if spec.gpus is not None else max(model.train_devices, measured_tp)
     nodes = spec.nodes
@@ -144,7 +160,8 @@ def placements(model: ThroughputModel, spec: ClusterSpec) -> list[Placement]:
             if not _fits_weights(model, tp, u):
                 continue
             if kind == "colocated":
-                out.append(Placement(kind=kind, gpus=gpus, gen_gpus=gpus, train_gpus=gpus, tp=tp, nodes=nodes))
+                out.append(Placement(kind=kind, gpus=gpus, gen_gpus=gpus, train_gpus=gpus, tp=tp, nodes=nodes,
+                                     domain=domain))
                 continue
             gens = [spec.gen_gpus] if spec.gen_gpus is not None else range(tp, gpus, tp)
             for g in gens:
@@ -155,7 +172,8 @@ def placements(model: ThroughputModel, spec: ClusterSpec) -> list[Placement]:
                     if spec.placement != "search":
                         raise UserError(f"--gen-gpus {g} is not a multiple of the engine size {tp}")
                     continue
-                out.append(Placement(kind=kind, gpus=gpus, gen_gpus=g, train_gpus=gpus - g, tp=tp, nodes=nodes))
+                out.append(Placement(kind=kind, gpus=gpus, gen_gpus=g, train_gpus=gpus - g, tp=tp, nodes=nodes,
+                                     domain=domain))
     if not out:
         if spec.placement == "split" and gpus < 2:
             raise UserError("--placement split needs at least 2 GPUs (--gpus): one generates, one trains")
@@ -174,8 +192,8 @@ def generation_model(model: ThroughputModel, pl: Placement, spec: ClusterSpec, e
     eager = getattr(engine, "enforce_eager", None)
     if model.source != "fit":
         update["tp"] = pl.tp
-        if model.comm is not None and pl.tp > pl.per_node:
-            update["comm"] = cross_node_tp_comm(model.comm, pl.tp, pl.per_node)
+        if model.comm is not None and pl.tp > pl.link_group:
+            update["comm"] = cross_node_tp_comm(model.comm, pl.tp, pl.link_group)
         if model.engine is not None:
             update.update(_engine_update(model, pl.tp, util, mem, engine))
         elif mem is not None:
@@ -237,8 +255,9 @@ def training_model(model: ThroughputModel, pl: Placement, checkpointing: bool, s
     train = t.model_copy(update={"mem0_bytes": mem0, "mem_per_sample_bytes": per,
                                  "smallest_oom_micro_batch": t.smallest_oom_micro_batch if n == 1 else None})
     comm = model.comm
-    if comm is not None and model.source != "fit" and pl.train_nodes != model.nodes:
-        comm = relinked(comm, pl.train_nodes)
+    if comm is not None and model.source != "fit" and (pl.train_nodes != model.nodes
+                                                        or pl.train_domains != pl.train_nodes):
+        comm = relinked(comm, pl.train_domains)  # within one NVLink domain: its link, as within a node
     return model.model_copy(update={"train": train, "train_devices": n, "nodes": pl.train_nodes, "comm": comm,
                                     "activation_checkpointing": checkpointing or model.activation_checkpointing})
 
@@ -259,16 +278,21 @@ def cross_node_note(pl: Placement, model: ThroughputModel) -> Optional[str]:
     """What the output says when an engine spans nodes."""
     if pl.tp <= pl.per_node:
         return None
+    if pl.tp <= pl.link_group:
+        return (f"engines of TP {pl.tp} span {pl.tp // pl.per_node} nodes of {pl.per_node} GPUs within one NVLink "
+                f"domain of {pl.link_group}: their all-reduces stay on NVLink")
     c = model.comm
     rate = f" at {c.tp_busbw_bytes_per_s / 1e9:.0f} GB/s bus bandwidth, {c.tp_alpha_s * 1e6:.0f} us each" if c else ""
-    return (f"engines of TP {pl.tp} span {pl.tp // pl.per_node} nodes of {pl.per_node} GPUs: their all-reduces "
-            f"go across nodes, over the network{rate} (the inter-node link, not NVLink)")
+    group = "nodes" if pl.link_group == pl.per_node else "NVLink domains"
+    return (f"engines of TP {pl.tp} span {pl.tp // pl.link_group} {group} of {pl.link_group} GPUs: their "
+            f"all-reduces go across {group}, over the network{rate} (the inter-node link, not NVLink)")
 
 
 def relinked(comm: CommParams, nodes: int) -> CommParams:
     """A predicted profile's links for the decision's node count: FSDP within a node at the node's link
     (the tensor-parallel rate, the same link), across nodes no faster than the network (one 400 Gb/s NIC per
-    GPU at the stated collective efficiency), with the exposed share published for that many nodes."""
+    GPU at the stated collective efficiency), with the exposed share published for that many nodes. ``nodes``
+    counts link groups: the NVLink domains spanned where a domain holds more than a node (GB200 NVL72)."""
     inter = DEFAULT_EFFICIENCIES.comm_bw * INTER_NODE_BYTES_PER_S
     return comm.model_copy(update={
         "fsdp_busbw_bytes_per_s": rf.fsdp_link_bytes_per_s(comm.tp_busbw_bytes_per_s, nodes, inter),
@@ -289,8 +313,10 @@ def sync_s(model: ThroughputModel, pl: Placement, spec: ClusterSpec, link_bytes_
     if pl.kind == "colocated" and link_bytes_per_s is None:
         move = rf.device_copy_s(w / max(pl.tp, 1), d.bw_bytes_per_s)
     else:
-        # split pools on nodes of their own: the weights cross the network between them
-        cross = comm if comm is None or model.source == "fit" or pl.nodes == model.nodes else relinked(comm, pl.nodes)
+        # split pools on nodes of their own: the weights cross the network between them (NVLink within a domain)
+        domains = pl.domains(pl.nodes)
+        same = pl.nodes == model.nodes and domains == pl.nodes
+        cross = comm if comm is None or model.source == "fit" or same else relinked(comm, domains)
         rate = link_bytes_per_s or (cross.fsdp_busbw_bytes_per_s if cross is not None else None)
         if rate is None:
             raise UserError("the weights cross devices but the profile has no link bandwidth: set "
@@ -319,7 +345,32 @@ def idle_shares(pl: Placement, gen_s: float, gen_mean_s: float, learn_s: float, 
 
 
 
-def layout_notes(model: ThroughputModel, placement: Optional[str], spec: ClusterSpec) -> list[str]:
+def link_domain(hardware) -> tuple[Optional[int], str]:
+    """GPUs in one NVLink domain of a profile's device where the domain spans nodes (GB200 NVL72: 72;
+    records.peaks.nvlink_domain), and its source; None: the node (an HGX baseboard is its node)."""
+    from throughputlab.records.peaks import lookup, nvlink_domain
+
+    if getattr(hardware, "device_type", None) != "cuda":
+        return None, "not a GPU: no NVLink domain"
+    ds = getattr(hardware, "datasheet", None) or lookup(getattr(hardware, "device_name", "") or "")
+    if ds is None:
+        return None, "no datasheet row: the node"
+    domain, node, source = nvlink_domain(ds.device)
+    return (domain if domain and node and domain > node else None), source
+
+
+def domain_note(pl: Placement, source: str) -> Optional[str]:
+    """What the output says when the NVLink domain joins more than a node's GPUs."""
+    if pl.nodes <= 1 or pl.link_group <= pl.per_node:
+        return None
+    within = ("all in one NVLink domain" if pl.domains(pl.nodes) == 1
+              else f"in {pl.domains(pl.nodes)} NVLink domains of {pl.link_group}")
+    return (f"{pl.gpus} GPUs on {pl.nodes} nodes of {pl.per_node}, {within} ({source}): FSDP, EP and engine TP "
+            "within a domain run at the NVLink rate, not the network's")
+
+
+def layout_notes(model: ThroughputModel, placement: Optional[str], spec: ClusterSpec,
+                 domain: Optional[int] = None) -> list[str]:
     """Where the profile's own layout differs from the decision's: which one sets the links."""
     gpus, nodes = spec.gpus or model.train_devices, spec.nodes
     if (gpus, nodes) == (model.train_devices, model.nodes):
@@ -328,6 +379,8 @@ def layout_notes(model: ThroughputModel, placement: Optional[str], spec: Cluster
         return [f"the profile was measured on {model.train_devices} device(s) on {model.nodes} node(s) and the "
                 f"decision is for {gpus} on {nodes}: its measured collective rates are kept, so links across nodes "
                 "it did not measure are not in the figures"]
-    where = "across nodes, no faster than the network" if nodes > 1 else "within one node, over its link"
+    one_domain = domain is not None and gpus // nodes < domain and gpus <= domain
+    where = ("within one NVLink domain, over its link" if nodes > 1 and one_domain else
+             "across nodes, no faster than the network" if nodes > 1 else "within one node, over its link")
     return [f"the profile was predicted for {model.train_devices} GPU(s) on {model.nodes} node(s) and the decision "
             f"is for {gpus} on {nodes}: FSDP's links follow the decision ({where}), not the profile"]

@@ -161,7 +161,7 @@ class StepModel:
             self.critic_micro_batch = micro_batch_for(self.train_model, cmb or self.micro_batch,
                                                       "critic.micro_batch")
         self.layout = layout_for(tr, placement.train_gpus if placement is not None else 1,
-                                 placement.per_node if placement is not None else 8)
+                                 placement.link_group if placement is not None else 8)
         self.sync_s = self._sync_s()
         self.overlapped = shape.overlap == "off-policy" or (placement is not None and placement.kind == "split"
                                                             and shape.overlap != "separate")

@@ -134,3 +134,33 @@ def link_bandwidth(device_key: str) -> tuple[float, str]:
         bw, src = _LINKS[device_key]
         return bw, f"{device_key} datasheet: {src}"
     return PCIE_GEN4_BYTES_PER_S, f"{device_key}: no NVLink figure, PCIe Gen4 x16 (32 GB/s each way) assumed"
+
+
+# NVLink domains: the GPUs one NVLink fabric joins, where collectives between them run at the link above
+# rather than the network's, and the GPUs of the device's node (a tray). HGX/DGX baseboards join their node's
+# 8 GPUs over NVSwitch (the domain is the node); GB200 NVL72 joins 72 GPUs, 4 per compute tray (a node),
+# through the rack's NVLink switch trays. Devices without a row: the node.
+# (key, GPUs in one domain, GPUs per node, source)
+_HGX = "HGX/DGX baseboard: 8 GPUs on NVSwitch, the node"
+_DOMAINS: dict[str, tuple[int, int, str]] = {
+    "GB200": (72, 4, "NVIDIA GB200 NVL72 datasheet: 72 Blackwell GPUs in one NVLink domain, 130 TB/s of NVLink "
+                     "bandwidth in the rack (fifth-generation NVLink and NVLink Switch), 1.8 TB/s per GPU; 4 GPUs "
+                     "per compute tray, so one domain spans 18 trays"),
+    "B200": (8, 8, f"{_HGX} (NVLink 5)"),
+    "H200": (8, 8, f"{_HGX} (NVLink 4)"),
+    "H100 SXM": (8, 8, f"{_HGX} (NVLink 4)"),
+    "H20": (8, 8, f"{_HGX} (NVLink 4)"),
+    "H800 SXM": (8, 8, f"{_HGX} (NVLink 4 at 400 GB/s)"),
+    "A100 80GB SXM": (8, 8, f"{_HGX} (NVLink 3)"),
+    "A100 40GB": (8, 8, f"{_HGX} (NVLink 3)"),
+    "A800 80GB SXM": (8, 8, f"{_HGX} (NVLink 3 at 400 GB/s)"),
+}
+
+
+def nvlink_domain(device_key: str) -> tuple[Optional[int], Optional[int], str]:
+    """GPUs in one NVLink domain of the device and GPUs per node (None, None: no NVLink fabric beyond the
+    node), and where the figures come from. The domain spans nodes where it holds more than a node."""
+    if device_key in _DOMAINS:
+        gpus, node, src = _DOMAINS[device_key]
+        return gpus, node, f"{device_key} datasheet: {src}"
+    return None, None, f"{device_key}: no NVLink domain beyond the node"
