@@ -77,8 +77,9 @@ def test_the_rl_shapes_engine_settings_reach_a_predicted_engine(q7_8xh100):
     pl = placements(model, ClusterSpec())[0]
     base = generation_model(model, pl, ClusterSpec())
     eager = generation_model(model, pl, ClusterSpec(), EngineShape(enforce_eager=True, max_num_seqs=64))
-    launches = model.costs.num_layers * rf.EAGER_LAYER_S["vllm"]
-    assert eager.decode.t0_s == pytest.approx(base.decode.t0_s + launches)
+    launches = model.costs.num_layers * rf.EAGER_LAYER_S["vllm"]  # the host's, bounding the step (max, not sum)
+    assert eager.decode.t0_s == pytest.approx(base.decode.t0_s) and eager.eager_host_s == pytest.approx(launches)
+    assert eager.decode_step_s(1, 100) == pytest.approx(max(launches, base.decode_step_s(1, 100)))
     assert eager.max_num_seqs == 64 and eager.engine.enforce_eager
     sized = generation_model(model, pl, ClusterSpec(), EngineShape(kv_cache_gib=10.0))
     assert sized.kv_cache_tokens == rf.kv_cache_tokens_of(10 * rf.GIB, rf.tp_shard(model.costs, pl.tp), 16)

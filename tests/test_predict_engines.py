@@ -162,12 +162,15 @@ def test_the_all_reduce_payload_is_16_bit_with_fp8_weights():
     assert rf.tp_allreduce_s(1e8, 4, 360e9, 17e-6, 6e-6, 200e9) == pytest.approx(rf.allreduce_s(1e8, 4, 360e9, 17e-6))
 
 
-def test_eager_mode_adds_a_fixed_cost_per_layer():
+def test_eager_mode_bounds_the_step_by_the_hosts_launches():
     spec = resolve_model("qwen2.5-0.5b").spec
     graphs = load_model(predict_analytic(spec, "h100", concurrency=(1,)))
     eager = load_model(predict_analytic(spec, "h100", concurrency=(1,), engine=EngineOptions(enforce_eager=True)))
-    assert eager.decode.t0_s - graphs.decode.t0_s == pytest.approx(spec.num_layers * rf.EAGER_LAYER_S["vllm"])
+    assert eager.decode.t0_s == graphs.decode.t0_s  # the device's fixed cost is the same
     assert graphs.decode.t0_s == pytest.approx(rf.GRAPH_STEP_S + spec.num_layers * 4 * rf.GEMM_FLOOR_S)
+    host = spec.num_layers * rf.EAGER_LAYER_S["vllm"]
+    assert graphs.eager_host_s == 0.0 and eager.eager_host_s == pytest.approx(host)
+    assert eager.decode_step_s(1, 100) == pytest.approx(host)  # host-bound: the launches set the step
     assert eager.decode_step_s(1, 100) > 3 * graphs.decode_step_s(1, 100)  # several-fold for a small model
 
 

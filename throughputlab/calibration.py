@@ -22,9 +22,9 @@ class Efficiencies(BaseModel):
     memory bandwidth in decode (vLLM reaches 70-85% MBU at batch 1 on A100/H100-class GPUs),
     half the dense FLOP/s for decode's skinny matmuls, 60% in prefill, 40% MFU in training
     (typical of FSDP/Megatron runs), 10 ms per micro-step. A decode step's fixed cost is
-    ``roofline.decode_fixed_s``: 0.55 ms per step plus 16 us of GEMM floors per layer with CUDA graphs
-    (cited there), more per layer in eager mode. Tensor-parallel all-reduces: the published
-    latencies and bus bandwidths of ``roofline.devices`` (a small-tensor regime and a large one).
+    ``roofline.decode_fixed_s``: 0.55 ms per step plus 16 us of GEMM floors per layer (cited there);
+    in eager mode a step is at least the host's launches (``roofline.eager_step_s``). Tensor-parallel
+    all-reduces: the published latencies and bus bandwidths of ``roofline.devices`` (a small-tensor regime and a large one).
     The decode attention is its own kernel after the weight GEMMs (the per-kernel form), reading
     the KV cache at ``attention_bw`` of the peak (None: one roofline over the summed bytes).
     ``calibrate`` replaces them with figures measured on another device.

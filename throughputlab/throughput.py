@@ -161,10 +161,19 @@ class ThroughputModel(Record):
                              smooth_p=d.smooth_p)
 
     # ---- generation
+    @property
+    def eager_host_s(self) -> float:
+        """The host's launch time of one eager step (rf.eager_host_s); 0 with CUDA graphs and for a fitted
+        engine, whose measured steps hold however its launches showed."""
+        if self.source == "fit" or self.engine is None:
+            return 0.0
+        return rf.eager_host_s(self.costs.num_layers, self.engine.name, self.engine.enforce_eager)
+
     def decode_step_s(self, c, s):
         d = self.require("decode")
-        return rf.decode_step_s(c, s, self.device_costs, d.t0_s, d.bw_bytes_per_s, d.phi_flops_per_s, d.smooth_p,
-                                d.t_seq_s, d.bw_attn_bytes_per_s, d.bw_mem_bytes_per_s) + self._tp_comm(c)
+        return rf.eager_step_s(rf.decode_step_s(c, s, self.device_costs, d.t0_s, d.bw_bytes_per_s, d.phi_flops_per_s,
+                                                d.smooth_p, d.t_seq_s, d.bw_attn_bytes_per_s, d.bw_mem_bytes_per_s)
+                               + self._tp_comm(c), self.eager_host_s)
 
     def attention_share(self, c, s):
         """The attention's share of the decode step: its own kernel's time (per-kernel form), or in
@@ -192,20 +201,23 @@ class ThroughputModel(Record):
         pp = self.prefill_rates()
         n = rf.prefill_chunks(c * prompt_len, self.engine.max_num_batched_tokens if self.engine else None)
         q1 = c * prompt_len / n
-        return n * (rf.prefill_tokens_s(q1, q1 * prompt_len, self.device_costs, pp.t0_s, pp.bw_bytes_per_s,
-                                        pp.phi_flops_per_s, pp.smooth_p) + self._tp_comm(q1))
+        return n * rf.eager_step_s(rf.prefill_tokens_s(q1, q1 * prompt_len, self.device_costs, pp.t0_s,
+                                                       pp.bw_bytes_per_s, pp.phi_flops_per_s, pp.smooth_p)
+                                   + self._tp_comm(q1), self.eager_host_s)
 
     def prefill_tokens_s(self, q1, q2):
         pp = self.prefill_rates()
-        return rf.prefill_tokens_s(q1, q2, self.device_costs, pp.t0_s, pp.bw_bytes_per_s, pp.phi_flops_per_s,
-                                   pp.smooth_p) + self._tp_comm(q1)
+        return rf.eager_step_s(rf.prefill_tokens_s(q1, q2, self.device_costs, pp.t0_s, pp.bw_bytes_per_s,
+                                                   pp.phi_flops_per_s, pp.smooth_p) + self._tp_comm(q1),
+                               self.eager_host_s)
 
     def mixed_step_s(self, dec, ctx, q1, q2):
         """A continuous-batching step with decodes and prefill tokens (see roofline.mixed_step_s)."""
         d = self.require("decode")
-        return rf.mixed_step_s(self.device_costs, dec, ctx, q1, q2, d.t0_s, d.bw_bytes_per_s, d.phi_flops_per_s,
+        step = rf.mixed_step_s(self.device_costs, dec, ctx, q1, q2, d.t0_s, d.bw_bytes_per_s, d.phi_flops_per_s,
                                self.prefill_rates().phi_flops_per_s, d.smooth_p, d.t_seq_s,
                                d.bw_attn_bytes_per_s, d.bw_mem_bytes_per_s) + self._tp_comm(dec + q1)
+        return rf.eager_step_s(step, self.eager_host_s)
 
     def generation_tokens_per_s(self, c, prompt_len, output_len):
         """Static batch: prefill, then output_len - 1 decode steps at mean context (as the hf backend measures)."""

@@ -11,9 +11,10 @@ from __future__ import annotations
 import math
 from typing import Literal, Optional
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from throughputlab.roofline.core import Costs, all_weight_bytes
+from throughputlab.roofline.core import Costs, _out, all_weight_bytes
 
 GIB = 2**30
 # Memory the CUDA runtime does not expose (torch.cuda.mem_get_info's total against nvidia-smi's):
@@ -37,12 +38,17 @@ CUDA_GRAPH_BYTES = 0.5 * GIB
 BLOCK_TOKENS = {"vllm": 16, "sglang": 1, "trtllm": 32}
 # Decode fixed costs. With CUDA graphs: 0.55 ms per step plus the GEMM floors below (SGLang PR #1401:
 # Llama-3-8B at batch 1 takes 7.06 ms a step on H100; its 16.06 GB of weights at 80% of 3.35 TB/s take
-# 5.99 ms and its 128 GEMM floors 0.51 ms, which leaves 0.55 ms). Eager: the
-# kernel launches and Python per layer come on top (vllm-omni issue #7960, Qwen2.5-Omni-7B thinker on
-# A800, 28 layers: 22-23 ms eager against 13 ms with graphs, 0.34 ms per layer; SGLang PR #1401,
-# Llama-3-8B, 32 layers: +2.2 ms (triton) and +0.9 ms (flashinfer), 0.07 and 0.03 ms per layer).
+# 5.99 ms and its 128 GEMM floors 0.51 ms, which leaves 0.55 ms).
+# Eager (no CUDA graphs): the host launches every layer's kernels one by one while the device runs the
+# ones already queued, so a step takes max(host, device) (eager_step_s), the host's time being
+# EAGER_LAYER_S per layer. vLLM 0.80 ms: vllm-omni issue #7960, Qwen2.5-Omni-7B on 2 A800s, thinker
+# (28 layers) ~22-23 ms a token eager against ~13 ms with graphs, 22.5/28 = 0.80 ms; its talker (24 or
+# 28 layers) ~19-20 against ~5.4-6 ms, 0.70-0.81 ms. Read additively, the same rows give 0.34 and
+# 0.49-0.58 ms a layer for the same engine's layers; the max form agrees at both device times. SGLang
+# 0.29 ms: PR #1401, Llama-3-8B on H100 at batch 1, 32 layers, 9.28 ms eager with the triton backend
+# against 7.06 ms with graphs (flashinfer: 8.23 against 7.35 ms, 0.26 ms). TRT-LLM taken as vLLM's.
 GRAPH_STEP_S = 0.55e-3
-EAGER_LAYER_S = {"vllm": 0.34e-3, "sglang": 0.07e-3, "trtllm": 0.34e-3}
+EAGER_LAYER_S = {"vllm": 0.80e-3, "sglang": 0.29e-3, "trtllm": 0.80e-3}
 # A weight GEMM of a decode step costs a fixed ~4 us above its bytes' time (onnxruntime issue #32382,
 # H100, M=1 GEMV kernels at decode shapes: 6.3-14 us for 1.6-14 MB, 16-62% of the achievable
 # bandwidth); four per layer (QKV, O, gate-up, down). A TP shard reads 1/TP of the bytes per kernel
@@ -165,12 +171,29 @@ def admission_bound(concurrency: int, kv_seqs: Optional[int], max_num_seqs: Opti
 
 def decode_fixed_s(num_layers: int, engine: str = "vllm", enforce_eager: bool = False,
                    step_s: float = GRAPH_STEP_S, gemm_floors: bool = True) -> float:
-    """A decode step's fixed cost: the step's own (scheduling, sampling, graph launch), the weight
-    GEMMs' floors (GEMMS_PER_LAYER x GEMM_FLOOR_S per layer, the same on a 1/TP shard: modelled as a
-    per-layer per-step fixed cost; ``gemm_floors=False`` when ``step_s`` was measured with them inside),
-    and in eager mode the kernel launches and Python of every layer."""
-    eager = num_layers * EAGER_LAYER_S.get(engine, EAGER_LAYER_S["vllm"]) if enforce_eager else 0.0
-    return step_s + (num_layers * GEMMS_PER_LAYER * GEMM_FLOOR_S if gemm_floors else 0.0) + eager
+    """A decode step's fixed device cost: the step's own (scheduling, sampling, graph launch) and the
+    weight GEMMs' floors (GEMMS_PER_LAYER x GEMM_FLOOR_S per layer, the same on a 1/TP shard: modelled as
+    a per-layer per-step fixed cost; ``gemm_floors=False`` when ``step_s`` was measured with them inside).
+    The same in eager mode (``engine`` and ``enforce_eager`` change nothing here): eager launches do not
+    add to the device's time but bound the step from below (:func:`eager_step_s`)."""
+    return step_s + (num_layers * GEMMS_PER_LAYER * GEMM_FLOOR_S if gemm_floors else 0.0)
+
+
+def eager_host_s(num_layers: Optional[int], engine: str = "vllm", enforce_eager: bool = True) -> float:
+    """The host's time to launch one eager step's kernels: EAGER_LAYER_S of the engine per layer; 0 with
+    CUDA graphs (one graph launch, inside the step's own fixed cost) or without a layer count."""
+    if not enforce_eager or not num_layers:
+        return 0.0
+    return num_layers * EAGER_LAYER_S.get(engine, EAGER_LAYER_S["vllm"])
+
+
+def eager_step_s(device_s, host_s: float = 0.0):
+    """A forward step's time when the host launches its kernels asynchronously: max(host, device).
+    The host enqueues while the device runs, so the slower of the two sets the step (with CUDA graphs
+    ``host_s`` is 0 and the step is the device's). Floats or arrays."""
+    if not host_s:
+        return device_s
+    return _out(np.maximum(device_s, host_s))
 
 
 # ---------------------------------------------------------------- one engine's KV cache

@@ -10,13 +10,16 @@ from __future__ import annotations
 from typing import Optional
 
 from throughputlab.roofline.core import recompute_passes
-from throughputlab.roofline.engine import EAGER_LAYER_S
 
-# An eager PyTorch forward pass costs ~0.34 ms per transformer layer of kernel launches and Python
-# when the device work per kernel is small (vllm-omni issue #7960: Qwen2.5-Omni-7B on A800, 28 layers,
-# 22-23 ms a decode step eager against 13 ms with CUDA graphs; the same figure decode_fixed_s uses).
-# A training framework's Hugging Face layer launches at least as many kernels as vLLM's fused one.
-TRAIN_LAYER_LAUNCH_S = EAGER_LAYER_S["vllm"]
+# An eager PyTorch forward pass exposes ~0.34 ms per transformer layer of kernel launches and Python
+# when the device work per kernel is small: vllm-omni issue #7960 (Qwen2.5-Omni-7B thinker on A800, 28
+# layers, ~22.5 ms a decode step eager against 13 ms with CUDA graphs, (22.5 - 13)/28). Decode takes
+# the max of host and device (roofline.engine.eager_step_s, 0.80 ms of host time per layer from the same
+# rows); a training pass takes the additive form: the host waits for the device every layer (see
+# pass_launch_s), and the published veRL training phases are predicted too fast already with it (Qwen2.5-
+# 0.5B on A100: update_actor 0.55-0.59, log-probs 0.62-0.82 of the published), which the max form would
+# make faster still. A Hugging Face layer launches at least as many kernels as vLLM's fused one.
+TRAIN_LAYER_LAUNCH_S = 0.34e-3
 # The backward launches about two kernels per forward kernel: each weight GEMM has a data-gradient and
 # a weight-gradient GEMM, each elementwise op its own backward (the same 2x that makes training 3x the
 # forward's FLOPs, Kaplan et al. 2020).

@@ -1,0 +1,76 @@
+"""Eager mode (no CUDA graphs): a step takes max(the host's launches, the device's time), never their sum;
+the CUDA-graph path is the device's time alone; a training pass keeps its additive launch cost."""
+
+import numpy as np
+import pytest
+
+from throughputlab import roofline as rf
+from throughputlab.fit import load_model
+from throughputlab.models import resolve_model
+from throughputlab.predict import Layout, predict_analytic
+from throughputlab.predict_engine import EngineOptions
+
+
+def test_eager_step_is_the_max_of_host_and_device():
+    assert rf.eager_step_s(5e-3, 20e-3) == pytest.approx(20e-3)  # host-bound
+    assert rf.eager_step_s(50e-3, 20e-3) == pytest.approx(50e-3)  # device-bound: launches hide under it
+    assert rf.eager_step_s(5e-3, 0.0) == 5e-3  # CUDA graphs: the device's time, unchanged
+    out = rf.eager_step_s(np.array([1e-3, 30e-3]), 20e-3)
+    assert out.tolist() == pytest.approx([20e-3, 30e-3])
+
+
+def test_the_host_time_is_per_layer_and_engine_and_zero_with_graphs():
+    assert rf.eager_host_s(28, "vllm") == pytest.approx(28 * rf.EAGER_LAYER_S["vllm"])
+    assert rf.eager_host_s(32, "sglang") < rf.eager_host_s(32, "vllm")
+    assert rf.eager_host_s(28, "vllm", enforce_eager=False) == 0.0 and rf.eager_host_s(None) == 0.0
+    # the source's own row under the max form: vllm-omni #7960, thinker 22.5 ms eager over 28 layers
+    assert rf.EAGER_LAYER_S["vllm"] == pytest.approx(22.5e-3 / 28, rel=0.01)
+    # SGLang PR #1401: Llama-3-8B, 32 layers, 9.28 ms eager (triton)
+    assert rf.EAGER_LAYER_S["sglang"] == pytest.approx(9.28e-3 / 32, rel=0.01)
+    assert rf.decode_fixed_s(28, "vllm", True) == rf.decode_fixed_s(28, "vllm", False)
+
+
+def _pair(model: str, gpu: str, **layout):
+    spec = resolve_model(model).spec
+    kw = {"layout": Layout(**layout)} if layout else {}
+    graphs = load_model(predict_analytic(spec, gpu, concurrency=(1,), **kw))
+    eager = load_model(predict_analytic(spec, gpu, concurrency=(1,), engine=EngineOptions(enforce_eager=True), **kw))
+    return spec, graphs, eager
+
+
+def test_a_model_step_is_max_at_both_ends():
+    spec, graphs, eager = _pair("qwen2.5-32b", "a100")
+    host = eager.eager_host_s
+    assert host == pytest.approx(spec.num_layers * rf.EAGER_LAYER_S["vllm"])
+    for c, s in ((1, 100), (1, 20000), (64, 1000), (256, 4000)):
+        device = graphs.decode_step_s(c, s)  # the CUDA-graph path is the device's time
+        assert eager.decode_step_s(c, s) == pytest.approx(max(host, device))
+        assert eager.decode_step_s(c, s) < device + host  # never the sum
+    assert eager.decode_step_s(1, 100) == pytest.approx(host)  # batch 1: host-bound
+    assert eager.decode_step_s(256, 4000) == pytest.approx(graphs.decode_step_s(256, 4000))  # device-bound
+    q = np.array([8.0, 8192.0])
+    assert eager.prefill_tokens_s(q, q * 512) == pytest.approx(np.maximum(graphs.prefill_tokens_s(q, q * 512), host))
+    assert eager.mixed_step_s(np.array([4.0]), np.array([4000.0]), np.array([0.0]), np.array([0.0]))[0] == \
+        pytest.approx(host)
+
+
+def test_the_cuda_graph_path_is_unchanged():
+    spec, graphs, _ = _pair("qwen2.5-7b", "h100")
+    assert graphs.eager_host_s == 0.0
+    assert graphs.decode.t0_s == pytest.approx(rf.GRAPH_STEP_S + spec.num_layers * rf.GEMMS_PER_LAYER
+                                               * rf.GEMM_FLOOR_S)
+    d = graphs.decode
+    direct = rf.decode_step_s(8, 1000, graphs.device_costs, d.t0_s, d.bw_bytes_per_s, d.phi_flops_per_s, d.smooth_p,
+                              d.t_seq_s, d.bw_attn_bytes_per_s, d.bw_mem_bytes_per_s)
+    assert graphs.decode_step_s(8, 1000) == pytest.approx(direct)
+
+
+def test_a_fitted_engine_gets_no_host_floor():
+    _, _, eager = _pair("qwen2.5-0.5b", "h100")
+    fitted = eager.model_copy(update={"source": "fit"})
+    assert fitted.eager_host_s == 0.0 and fitted.decode_step_s(1, 100) < eager.decode_step_s(1, 100)
+
+
+def test_a_training_pass_keeps_its_additive_launches():
+    assert rf.TRAIN_LAYER_LAUNCH_S == pytest.approx((22.5e-3 - 13e-3) / 28, rel=0.01)
+    assert rf.pass_launch_s(24) == pytest.approx(24 * rf.TRAIN_LAYER_LAUNCH_S)
