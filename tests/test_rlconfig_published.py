@@ -102,7 +102,7 @@ EXPECTED = {
         dynamic_batch=False, logprob_micro_batch_sequences_per_gpu=8, ref_micro_batch_sequences_per_gpu=None,
         critic=True, critic_micro_batch_sequences_per_gpu=4, reference=False, remove_padding=False),
     "verl_deepseek-v3-671b_grpo_96gpu_h20-colocated-megatron/config.yaml": dict(
-        prompts_per_step=96, responses_per_prompt=8, response_tokens_max=9632, train_strategy=None, train_tp=8,
+        prompts_per_step=96, responses_per_prompt=8, response_tokens_max=9632, train_strategy="megatron", train_tp=8,
         train_pp=12, train_ep=8, rollout_tp=32, gpu_memory_utilization=0.6, activation_checkpointing="full",
         param_offload=True, optimizer_offload=False, optimizer_on_cpu=True, token_budget_per_gpu=11680, gpus=96),
     "verl_qwen2.5-math-7b_dapo_16gpu_h20-onestepoff-fsdp2-4-12/config.yaml": dict(
