@@ -216,7 +216,7 @@ def kv_tokens_from_gib(model: ThroughputModel, tp: int, gib: float) -> int:
 
 def _engine_update(model: ThroughputModel, tp: int, util: float, mem, engine) -> dict:
     """A predicted engine at the run's memory share and settings: its KV cache by the engine's rule
-    (predict_engine.size_kv, the rule predict uses), its caps, and in eager mode the launches per layer."""
+    (predict_engine.size_kv, the rule predict uses) and its caps, eager mode among them."""
     from throughputlab.predict_engine import size_kv
 
     old = model.engine
@@ -224,14 +224,9 @@ def _engine_update(model: ThroughputModel, tp: int, util: float, mem, engine) ->
                                                     "kv_cache_gib", "enforce_eager")}
     settings = old.model_copy(update={"memory_fraction": util, **{k: v for k, v in given.items() if v is not None}})
     settings, tokens = size_kv(settings, model.costs, tp, mem)
-    update = {"engine": settings, "kv_cache_tokens": tokens, "max_num_seqs": settings.max_num_seqs}
-    layers = model.costs.num_layers
-    if settings.enforce_eager != old.enforce_eager and model.decode is not None and layers:
-        launches = rf.decode_fixed_s(layers, settings.name, True, 0.0, False) - rf.decode_fixed_s(
-            layers, settings.name, False, 0.0, False)
-        sign = 1.0 if settings.enforce_eager else -1.0
-        update["decode"] = model.decode.model_copy(update={"t0_s": model.decode.t0_s + sign * launches})
-    return update
+    # eager mode needs no change here: the engine settings carry enforce_eager, and the model's step is
+    # max(host launches, device time) from them (roofline.eager_step_s)
+    return {"engine": settings, "kv_cache_tokens": tokens, "max_num_seqs": settings.max_num_seqs}
 
 
 def training_model(model: ThroughputModel, pl: Placement, checkpointing: bool, seq_len: float,

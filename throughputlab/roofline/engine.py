@@ -169,13 +169,12 @@ def admission_bound(concurrency: int, kv_seqs: Optional[int], max_num_seqs: Opti
 # ---------------------------------------------------------------- fixed costs of a decode step
 
 
-def decode_fixed_s(num_layers: int, engine: str = "vllm", enforce_eager: bool = False,
-                   step_s: float = GRAPH_STEP_S, gemm_floors: bool = True) -> float:
+def decode_fixed_s(num_layers: int, step_s: float = GRAPH_STEP_S, gemm_floors: bool = True) -> float:
     """A decode step's fixed device cost: the step's own (scheduling, sampling, graph launch) and the
     weight GEMMs' floors (GEMMS_PER_LAYER x GEMM_FLOOR_S per layer, the same on a 1/TP shard: modelled as
     a per-layer per-step fixed cost; ``gemm_floors=False`` when ``step_s`` was measured with them inside).
-    The same in eager mode (``engine`` and ``enforce_eager`` change nothing here): eager launches do not
-    add to the device's time but bound the step from below (:func:`eager_step_s`)."""
+    The same in eager mode: eager launches do not add to the device's time but bound the step from below
+    (:func:`eager_step_s`)."""
     return step_s + (num_layers * GEMMS_PER_LAYER * GEMM_FLOOR_S if gemm_floors else 0.0)
 
 
