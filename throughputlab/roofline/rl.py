@@ -17,11 +17,13 @@ pays instead:
 - **EP**: two all-to-alls per MoE layer (dispatch, combine) of each token's top-k hidden states.
 
 Not priced here: the memory of the layout (the FSDP memory line is kept); callers say so.
+
+Also here: vLLM's sleep and wake-up around each update of colocated engines (:func:`sleep_wake_s`).
 """
 
 from __future__ import annotations
 
-from throughputlab.roofline.core import Costs, all_weight_bytes, recompute_passes
+from throughputlab.roofline.core import Costs, all_weight_bytes, recompute_passes, transfer_s
 from throughputlab.roofline.devices import allgather_s, reduce_scatter_s, tp_comm_s
 from throughputlab.roofline.engine import ACTIVATION_BYTES
 
@@ -85,3 +87,59 @@ def cross_node_tp_link(intra_bytes_per_s: float, intra_alpha_s: float, tp: int, 
     if tp <= gpus_per_node:
         return intra_bytes_per_s, intra_alpha_s, False
     return min(intra_bytes_per_s, inter_bytes_per_s), max(intra_alpha_s, inter_alpha_s), True
+
+
+# ---------------------------------------------------------------- vLLM sleep and wake (colocated engines)
+# Colocated engines sleep before training and wake for the next rollout; the KV cache is freed and re-mapped
+# either way. Level 1 (NeMo-RL: vllm_worker.py `self.llm.sleep(level=1)`; veRL's sharding managers before
+# Aug 2025, and still with layered_summon or EP on vLLM < 0.11) copies each GPU's weights to pinned host
+# memory and back over the host link; level 2 (veRL with vLLM >= 0.8.5 since volcengine/verl#3082:
+# VLLM_SLEEP_LEVEL, ServerAdapter.release) discards them, and the weight sync, priced on its own, refills them.
+# Constants from the vLLM blog "Zero-Reload Model Switching with vLLM Sleep Mode" (2025-10-26,
+# blog.vllm.ai/2025/10/26/sleep-mode.html; vLLM 0.11.0, level 1, per-event times in its plotly data): on an
+# A100, sleep / wake of Qwen3-0.6B (1.2 GB) 0.09 / 0.26 s, Phi-3-vision (8.3 GB) 0.41 / 0.82 s, Qwen3-Coder-30B
+# (61 GB) 2.78 / 2.87 s, Qwen3-235B-A22B FP8 at TP 4 (59 GB a GPU) 5.89 / 5.41 s. Least squares over the four,
+# both directions at one rate: 21.6 GB/s a direction (0.675 of PCIe Gen4 x16's 32 GB/s) and 0.28 s fixed
+# (0.12 sleep, 0.16 wake). The TP-4 row moves its 59 GB at half the one-GPU rate: read as two GPUs behind one
+# PCIe switch uplink, as on HGX baseboards, when they copy at once. Not from the blog: Gen5 hosts (Hopper)
+# are taken at the Gen4 rate, an upper bound; a Grace host (GB200) at its NVLink-C2C rate, same efficiency.
+HOST_LINK_BYTES_PER_S = 32e9  # PCIe Gen4 x16, each way
+C2C_BYTES_PER_S = 450e9  # GB200: NVLink-C2C, 900 GB/s both directions between a Grace CPU and its two GPUs
+HOST_COPY_EFFICIENCY = 0.675
+GPUS_PER_HOST_LINK = 2
+SLEEP_FIXED_S = 0.12
+WAKE_FIXED_S = 0.16
+
+
+def _host_rate(gpus_copying: int, host_bytes_per_s: float) -> float:
+    return host_bytes_per_s * HOST_COPY_EFFICIENCY / max(1, min(gpus_copying, GPUS_PER_HOST_LINK))
+
+
+def _check_level(level: int) -> None:
+    if level not in (1, 2):
+        raise ValueError(f"vLLM sleep level is 1 or 2, got {level}")
+
+
+def sleep_s(weight_bytes_per_gpu: float, level: int = 1, gpus_copying: int = 1,
+            host_bytes_per_s: float = HOST_LINK_BYTES_PER_S) -> float:
+    """vLLM's sleep on one GPU: level 1 offloads its ``weight_bytes_per_gpu`` to host memory (``gpus_copying``
+    GPUs of the node at once share the host links), level 2 discards them; the KV cache is freed."""
+    _check_level(level)
+    move = transfer_s(weight_bytes_per_gpu, _host_rate(gpus_copying, host_bytes_per_s)) if level == 1 else 0.0
+    return SLEEP_FIXED_S + move
+
+
+def wake_s(weight_bytes_per_gpu: float, level: int = 1, gpus_copying: int = 1,
+           host_bytes_per_s: float = HOST_LINK_BYTES_PER_S) -> float:
+    """vLLM's wake-up on one GPU: memory re-mapped, the weights copied back at level 1 (level 2: the sync
+    refills them, not counted here)."""
+    _check_level(level)
+    move = transfer_s(weight_bytes_per_gpu, _host_rate(gpus_copying, host_bytes_per_s)) if level == 1 else 0.0
+    return WAKE_FIXED_S + move
+
+
+def sleep_wake_s(weight_bytes_per_gpu: float, level: int = 1, gpus_copying: int = 1,
+                 host_bytes_per_s: float = HOST_LINK_BYTES_PER_S) -> float:
+    """One update's sleep and wake-up of a colocated engine's GPU (:func:`sleep_s` + :func:`wake_s`)."""
+    return (sleep_s(weight_bytes_per_gpu, level, gpus_copying, host_bytes_per_s)
+            + wake_s(weight_bytes_per_gpu, level, gpus_copying, host_bytes_per_s))
