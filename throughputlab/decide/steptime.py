@@ -18,7 +18,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from throughputlab import roofline as rf
-from throughputlab.decide.backend import layout_for, megatron_minibatch_extra_s, megatron_pass
+from throughputlab.decide.backend import MegatronLayout, layout_for, megatron_minibatch_extra_s, megatron_pass
 from throughputlab.decide.cluster import (
     ClusterSpec,
     Placement,
@@ -41,6 +41,7 @@ from throughputlab.decide.shape import (  # noqa: F401  (re-exported: the shape'
     TrainShape,
 )
 from throughputlab.errors import UserError
+from throughputlab.records.peaks import device_names, lookup, peak_flops
 from throughputlab.roofline import Costs
 from throughputlab.roofline import rl as rf_rl
 from throughputlab.throughput import ThroughputModel
@@ -123,6 +124,7 @@ class StepModel:
         self.dist = shape.response.resolve()
         # memory must hold the longest sequence (a padded pass: every sequence at the padded length)
         self.train_seq_len = max(shape.prompt_len + self.dist.longest(), shape.train.padded_seq_len or 0)
+        train_model, self.train_rate_note = backend_train_model(train_model or model, shape.train.backend)
         if placement is not None:
             model.require("decode")
             train_model = training_model(train_model or model, placement, shape.train.activation_checkpointing,
@@ -162,6 +164,8 @@ class StepModel:
                                                       "critic.micro_batch")
         self.layout = layout_for(tr, placement.train_gpus if placement is not None else 1,
                                  placement.link_group if placement is not None else 8)
+        if self.layout is not None:
+            self.layout = _RatedLayout(**self.layout.model_dump(), rate_note=self.train_rate_note)
         self.sync_s = self._sync_s()
         self.overlapped = shape.overlap == "off-policy" or (placement is not None and placement.kind == "split"
                                                             and shape.overlap != "separate")
@@ -374,6 +378,36 @@ def critic_costs_for(shape: RLShape, bytes_per_param: int) -> Optional[Costs]:
 
     spec = resolve_model(shape.critic.model, random_weights=True).spec
     return Costs.from_spec(spec, bytes_per_param)
+
+
+class _RatedLayout(MegatronLayout):
+    rate_note: str = ""
+
+    def describe(self, gpus: int) -> str:  # decide's output says which training FLOP/s the layout ran at
+        return f"{super().describe(gpus)}; {self.rate_note}"
+
+
+def backend_train_model(model: ThroughputModel, backend: str) -> tuple[ThroughputModel, str]:
+    """Megatron on a predicted profile: the training FLOP/s at Megatron's share of the peak instead of FSDP's
+    (roofline.backend_train_rate). The profile names no device: its stored rate, FSDP's share of one datasheet
+    row's peak, does. A fitted profile, or a rate no row's FSDP share gives (calibrated), keeps its rate."""
+    t = model.require("train")
+    if backend != "megatron" or model.source == "fit":
+        return model, f"training at the profile's {'measured' if model.source == 'fit' else 'FSDP'} FLOP/s"
+    dtype = {2: "bfloat16", 1: "fp8"}.get(model.costs.bytes_per_param, "float32")
+    rates = {}
+    for ds in filter(None, map(lookup, device_names())):
+        peak = peak_flops(ds, dtype)
+        if peak and abs(rf.train_mfu(ds.device, dtype)[0] * peak - t.phi_flops_per_s) <= 1e-6 * t.phi_flops_per_s:
+            phi, share, source = rf.backend_train_rate(t.phi_flops_per_s, ds.device, dtype, backend)
+            entry = rates.setdefault(round(phi), [phi, share, [], []])
+            entry[2].append(source), entry[3].append(ds.device)
+    if len(rates) != 1:
+        return model, "training at the profile's stated FLOP/s (not a datasheet row's FSDP share: kept)"
+    phi, share, sources, rows = next(iter(rates.values()))
+    note = (f"Megatron training at {share:.0%} of the {dtype} peak, {phi / 1e12:.0f} TFLOP/s "
+            f"({min(sources, key=len)}; the profile's rate fits the {', '.join(rows)} rows)")
+    return model.model_copy(update={"train": t.model_copy(update={"phi_flops_per_s": phi})}), note
 
 
 def overlap_note(overlap: str) -> str:

@@ -153,14 +153,51 @@ TRAIN_MFU = {
 }
 TRAIN_MFU_FALLBACK = 0.40
 
+# Megatron-core (TP/PP layouts, distributed optimizer, Transformer Engine kernels), same FLOP count. NVIDIA's DGX
+# Cloud benchmarking recipes (github.com/NVIDIA/dgxc-benchmarking llama3.1/README_8b.md and README_70b.md at
+# 143b90d, NeMo 24.09 container, sequences of 8192 tokens, no activation recompute listed) publish step times and
+# MFU as NeMo counts it (attention's S^2 term in full: 57.9 GFLOP a token for Llama 3.1 8B, here 51.5 with the
+# causal half):
+# H100 16-bit: Llama 3.1 8B BF16, TP 1 PP 1 CP 2 on 8 H100: 12.91 s per 128 x 8192 tokens = 10,153 tok/s/GPU,
+#   "59.37% MFU" as NeMo counts it, here 52.8% (52.1% on 128 GPUs); Llama 3.1 70B BF16, TP 4 PP 4 CP 2 VP 5 on 64
+#   H100: 1,113 tok/s/GPU = 50.6% here (49.9% on 2048). 52% taken from the 8B run: no tensor or pipeline
+#   parallelism, whose all-reduces and bubble decide/backend.py adds on its own. H800 (same SMs) and H200 (no
+#   16-bit Megatron run published for it) take it.
+# H100 fp8 (of the fp8 peak): same recipes, FP8: 8B 13,554 tok/s/GPU = 35.3% (34.7% on 128), 70B 33.8%: 35%.
+# Not taken: A100 (Megatron-LM README, 2022: 22B GPT 41.5% MFU, 40.8% here with selective recompute, measured at
+#   TP 8, its all-reduces inside the figure), B200/GB200 (NeMo's Megatron-Bridge performance summaries publish
+#   Llama 3 at FP8 only). Those keep the FSDP share and say so.
+TRAIN_MFU_MEGATRON = {
+    ("H100", "16-bit"): (0.52, "NVIDIA dgxc-benchmarking Llama 3.1 8B BF16, NeMo 24.09 Megatron TP1 PP1 CP2 on 8 H100"),
+    ("H800", "16-bit"): (0.52, "NVIDIA dgxc-benchmarking Llama 3.1 8B BF16 on 8 H100 (H800: same SMs)"),
+    ("H200", "16-bit"): (0.52, "NVIDIA dgxc-benchmarking Llama 3.1 8B BF16 on 8 H100 (no 16-bit H200 run published)"),
+    ("H100", "fp8"): (0.35, "NVIDIA dgxc-benchmarking Llama 3.1 8B FP8, NeMo 24.09 Megatron TP1 PP1 CP2 on 8 H100"),
+    ("H800", "fp8"): (0.35, "NVIDIA dgxc-benchmarking Llama 3.1 8B FP8 on 8 H100 (H800: same SMs)"),
+    ("H200", "fp8"): (0.35, "NVIDIA dgxc-benchmarking Llama 3.1 8B FP8 on 8 H100 (no fp8 Megatron H200 run)"),
+}
 
-def train_mfu(device: str, dtype: str) -> tuple[float, str]:
-    """Training FLOP/s share of peak for a datasheet row and dtype (TRAIN_MFU), and where it comes from."""
+
+def train_mfu(device: str, dtype: str, backend: str = "fsdp") -> tuple[float, str]:
+    """Training FLOP/s share of peak for a datasheet row and dtype (TRAIN_MFU, or TRAIN_MFU_MEGATRON for
+    ``backend="megatron"``), and where it comes from."""
     width = "16-bit" if dtype in ("bfloat16", "float16", "bf16", "fp16") else dtype
+    if backend == "megatron":
+        for (prefix, d), (mfu, source) in TRAIN_MFU_MEGATRON.items():
+            if device.startswith(prefix) and d == width:
+                return mfu, source
+        mfu, source = train_mfu(device, dtype)
+        return mfu, f"no published Megatron run for {device} {dtype}: the FSDP share ({source})"
     for (prefix, d), (mfu, source) in TRAIN_MFU.items():
         if device.startswith(prefix) and d == width:
             return mfu, source
     return TRAIN_MFU_FALLBACK, f"no published FSDP run for {device} {dtype}: the {TRAIN_MFU_FALLBACK:.0%} fallback"
+
+
+def backend_train_rate(phi_fsdp: float, device: str, dtype: str, backend: str) -> tuple[float, float, str]:
+    """A training FLOP/s predicted at FSDP's share of the peak, at ``backend``'s share instead:
+    phi x share(backend) / share(fsdp); with that share and its source."""
+    share, source = train_mfu(device, dtype, backend)
+    return phi_fsdp * share / train_mfu(device, dtype)[0], share, source
 
 
 # Share of FSDP's traffic that stays exposed (not under compute), from published weak scaling:

@@ -1,0 +1,53 @@
+"""Megatron's training FLOP/s share: a Megatron run on a predicted profile trains at TRAIN_MFU_MEGATRON's share
+of the peak, an FSDP run at TRAIN_MFU's, a fitted profile at its measured rate; decide's output names the share
+and its source."""
+
+from __future__ import annotations
+
+import pytest
+
+from throughputlab import roofline as rf
+from throughputlab.decide.calculator import DecideSpec, decide_from_spec
+from throughputlab.decide.shape import RLShape
+from throughputlab.decide.steptime import StepModel
+from throughputlab.models import resolve_model
+from throughputlab.predict import Layout, analytic_model, predict_analytic
+from throughputlab.records.peaks import lookup, peak_flops
+
+SHAPE = {"prompt_len": 256, "response": {"dist": "lognormal:mean=512,sigma=0.6,max=1024"},
+         "train": {"micro_batch": 2}}
+
+
+def _train_phi(model, backend):
+    shape = RLShape.model_validate({**SHAPE, "train": {**SHAPE["train"], "backend": backend}})
+    return StepModel(model, shape).train_model.train.phi_flops_per_s
+
+
+@pytest.mark.parametrize("gpu, dtype, megatron", [("h100", "bfloat16", 0.52), ("h100", "fp8", 0.35)])
+def test_megatron_trains_at_its_share_fsdp_at_its_own(gpu, dtype, megatron):
+    model = analytic_model(resolve_model("qwen2.5-7b").spec, gpu, dtype)[0]
+    peak = peak_flops(lookup(gpu), dtype)
+    assert rf.train_mfu("H100 SXM", dtype, "megatron")[0] == megatron
+    assert _train_phi(model, "fsdp") == pytest.approx(rf.train_mfu("H100 SXM", dtype)[0] * peak)
+    assert _train_phi(model, "megatron") == pytest.approx(megatron * peak)
+
+
+def test_fitted_profile_keeps_its_measured_rate():
+    fitted = analytic_model(resolve_model("qwen2.5-7b").spec, "h100")[0].model_copy(update={"source": "fit"})
+    measured = fitted.train.phi_flops_per_s
+    assert _train_phi(fitted, "megatron") == measured == _train_phi(fitted, "fsdp")
+
+
+def test_no_published_megatron_run_keeps_the_fsdp_share():
+    model = analytic_model(resolve_model("qwen2.5-7b").spec, "a100")[0]
+    assert _train_phi(model, "megatron") == pytest.approx(model.train.phi_flops_per_s)
+    assert "no published Megatron run" in rf.train_mfu("A100 80GB SXM", "bfloat16", "megatron")[1]
+
+
+def test_decide_says_which_share_megatron_trained_at(tmp_path):
+    path = tmp_path / "q7.json"
+    predict_analytic(resolve_model("qwen2.5-7b").spec, "h100", layout=Layout(gpus=8)).save(path)
+    spec = DecideSpec.model_validate({"profile": str(path), "prompts": [64], "group": 8, "cluster": {"gpus": 8},
+                                      "shape": {**SHAPE, "train": {**SHAPE["train"], "backend": "megatron"}}})
+    notes = " ".join(decide_from_spec(spec)[0].notes)
+    assert "Megatron training at 52% of the" in notes and "dgxc-benchmarking" in notes
