@@ -83,9 +83,10 @@ def test_predict_tp2_single_stream_bound_doubles():
     (["--tp", "3", "--gpus", "8"], "--tp 3 does not divide"),
     (["--gpus", "8", "--nodes", "3"], "--nodes 3 does not divide --gpus 8"),
     (["--gpus", "16", "--nodes", "2", "--tp", "16"], "--tp 16 is larger than the 8 gpu(s) of a node"),
-    (["--gpus", "0"], "--gpus must be a positive integer"),
-    (["--tp", "0"], "--tp must be a positive integer, got 0"),  # not --gpus, which defaults to tp x nodes
-    (["--nodes", "0"], "--nodes must be a positive integer, got 0"),
+    # the settings model's check, worded as for every command's settings: the flag, its key, the rule, the value
+    (["--gpus", "0"], "--gpus: layout.gpus: input should be greater than 0 (got 0)"),
+    (["--tp", "0"], "--tp: layout.tp: input should be greater than 0 (got 0)"),  # not --gpus (defaults to tp x nodes)
+    (["--nodes", "0"], "--nodes: layout.nodes: input should be greater than 0 (got 0)"),
 ])
 def test_bad_layouts_get_one_line_errors(args, fragment):
     assert_user_error(run_cli("predict", "--model", "qwen2.5-7b", "--gpu", "h100", *args), fragment)
