@@ -62,3 +62,24 @@ def run_main(*args: str):
         sys.stdout.flush()
         sys.stderr.flush()
         return SimpleNamespace(exit_code=code, output=out.getvalue().decode() + err.getvalue().decode())
+
+
+def cli_stdout(*args: str) -> str:
+    """stdout of a command that must succeed (CliRunner on the click group)."""
+    from click.testing import CliRunner
+
+    from throughputlab.cli import cli
+
+    r = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    return r.stdout
+
+
+def refused(*args: str, fragments=()) -> str:
+    """A user error: exit 2, one line, no traceback, naming each fragment; the line."""
+    r = run_main(*args)
+    line = r.output.strip()
+    assert r.exit_code == 2 and "Traceback" not in r.output and len(line.splitlines()) == 1, r.output
+    for f in fragments:
+        assert f in line, (f, line)
+    return line

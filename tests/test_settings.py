@@ -9,11 +9,9 @@ from typing import Optional
 
 import pytest
 import yaml
-from click.testing import CliRunner
 from pydantic import model_validator
 
-from conftest import run_main
-from throughputlab.cli import cli
+from conftest import cli_stdout, refused
 from throughputlab.errors import UserError
 from throughputlab.records.base import Record
 from throughputlab.settings import Layer, Settings, as_layer, parse_set, read_spec_file
@@ -22,21 +20,7 @@ OLD = Path(__file__).resolve().parent.parent / "reports" / "cpu-amd-epyc-2026-11
 ANALYTIC = ("predict", "--model", "tiny", "--gpu", "h200", "-c", "1,8", "-b", "1,2")
 
 
-def invoke(*args: str) -> str:
-    """stdout of a command that must succeed."""
-    r = CliRunner().invoke(cli, list(args), catch_exceptions=False)
-    assert r.exit_code == 0, r.output
-    return r.stdout
-
-
-def refused(*args: str, fragments=()) -> str:
-    """A user error: exit 2, one line, no traceback, naming each fragment."""
-    r = run_main(*args)
-    line = r.output.strip()
-    assert r.exit_code == 2 and "Traceback" not in r.output and len(line.splitlines()) == 1, r.output
-    for f in fragments:
-        assert f in line, (f, line)
-    return line
+invoke = cli_stdout
 
 
 # ---------------------------------------------------------------- the resolver, on any model

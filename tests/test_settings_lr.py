@@ -8,9 +8,8 @@ import json
 
 import pytest
 import yaml
-from click.testing import CliRunner
 
-from conftest import run_main
+from conftest import cli_stdout, refused
 from throughputlab.cli import cli
 from throughputlab.settings.layers import field_at
 from throughputlab.settings.options import show
@@ -20,19 +19,7 @@ SCALE = ("lr", "scale", "--lr", "1e-6", "--from-batch", "1024", "--to-batch", "8
 DEPTH = ("lr", "depth", "--depths", "1,2", "--data", "1:0.25", "--data", "2:6", "--steps", "300", "--no-check-exact")
 
 
-def invoke(*args: str) -> str:
-    r = CliRunner().invoke(cli, list(args), catch_exceptions=False)
-    assert r.exit_code == 0, r.output
-    return r.stdout
-
-
-def refused(*args: str, fragments=()) -> str:
-    r = run_main(*args)
-    line = r.output.strip()
-    assert r.exit_code == 2 and "Traceback" not in r.output and len(line.splitlines()) == 1, r.output
-    for f in fragments:
-        assert f in line, (f, line)
-    return line
+invoke = cli_stdout
 
 
 @pytest.mark.parametrize("suffix", [".yaml", ".json", ""])
