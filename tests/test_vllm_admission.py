@@ -59,6 +59,11 @@ def test_a_small_kv_cache_flattens_the_sweep_and_the_fit_says_so(tmp_path):
     at = max(ok[c].tokens_per_s for c in ok if c <= limit)
     past = [ok[c].tokens_per_s for c in ok if c >= 2 * limit]
     assert past and at > 2 * ok[1].tokens_per_s  # below the limit the batch widens
-    assert max(past) < 1.25 * at, (at, past)  # past it the queued requests wait: flat
+    # past it the queued requests wait: flat over a fourfold range of concurrency (2x to 8x the limit), and no
+    # higher than the widest admitted batch allows. One sample a point on a shared two-core machine: the point
+    # at the limit read 332 tokens/s in one run and 238 in another (the points past it 290-328 in both), so
+    # the bound against it allows 35%; the points past the limit agree with each other within a few percent.
+    assert max(past) < 1.15 * min(past), past
+    assert max(past) < 1.35 * at, (at, past)
     held = [p for p in g.points if p.x > limit]
     assert held and all(abs(p.loo_rel_error) < 0.2 for p in held), [(p.x, p.loo_rel_error) for p in held]
