@@ -42,7 +42,7 @@ def test_a_small_kv_cache_flattens_the_sweep_and_the_fit_says_so(tmp_path):
     tmpdir = tempfile.mkdtemp(prefix="tl-", dir="/tmp")  # vLLM's sockets: short paths
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "TMPDIR": tmpdir}
     cmd = [sys.executable, "-m", "throughputlab", "bench", "--backend", "vllm", "--model", str(model), "--only", "gen",
-           "-c", "1,4,16,32,64,128", "--prompt-len", "16", "--output-len", "48", "--repeats", "1", "--rounds", "1",
+           "-c", "1,4,16,32,64,128", "--prompt-len", "16", "--output-len", "48", "--repeats", "3", "--rounds", "1",
            "--random-weights", "--no-telemetry", "--engine-arg", "enforce_eager=true", "-o", str(out)]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -60,10 +60,9 @@ def test_a_small_kv_cache_flattens_the_sweep_and_the_fit_says_so(tmp_path):
     past = [ok[c].tokens_per_s for c in ok if c >= 2 * limit]
     assert past and at > 2 * ok[1].tokens_per_s  # below the limit the batch widens
     # past it the queued requests wait: flat over a fourfold range of concurrency (2x to 8x the limit), and no
-    # higher than the widest admitted batch allows. One sample a point on a shared two-core machine: the point
-    # at the limit read 332 tokens/s in one run and 238 in another (the points past it 290-328 in both), so
-    # the bound against it allows 35%; the points past the limit agree with each other within a few percent.
-    assert max(past) < 1.15 * min(past), past
+    # higher than the widest admitted batch allows. Each point is the median of three repeats: single samples on
+    # two shared cores read 238 to 332 tokens/s at the limit and 210 to 328 past it across runs.
+    assert max(past) < 1.2 * min(past), past
     assert max(past) < 1.35 * at, (at, past)
     held = [p for p in g.points if p.x > limit]
     assert held and all(abs(p.loo_rel_error) < 0.2 for p in held), [(p.x, p.loo_rel_error) for p in held]
