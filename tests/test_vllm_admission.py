@@ -57,12 +57,13 @@ def test_a_small_kv_cache_flattens_the_sweep_and_the_fit_says_so(tmp_path):
     g = fit_profile(prof).generation
     assert g.ceiling == "admission: KV cache" and g.admission_limit == limit, (g.ceiling, g.admission_limit)
     at = max(ok[c].tokens_per_s for c in ok if c <= limit)
-    past = [ok[c].tokens_per_s for c in ok if c >= 2 * limit]
+    past = [ok[c].tokens_per_s for c in ok if c >= 4 * limit]
     assert past and at > 2 * ok[1].tokens_per_s  # below the limit the batch widens
-    # past it the queued requests wait: flat over a fourfold range of concurrency (2x to 8x the limit), and no
-    # higher than the widest admitted batch allows. Each point is the median of three repeats: single samples on
-    # two shared cores read 238 to 332 tokens/s at the limit and 210 to 328 past it across runs.
-    assert max(past) < 1.2 * min(past), past
+    # past it the queued requests wait: c requests run as c/limit waves of the limit, and the last wave's drain
+    # weighs 1/waves of the run, so tokens/s nears the plateau from below (three runs: 2 waves read 210-299,
+    # 4 and 8 waves 251-302). Judged where it has: flat from 4x to 8x the limit, and no higher than the widest
+    # admitted batch allows (238 to 332 tokens/s at the limit across runs: a 35% bound). Medians of three repeats.
+    assert max(past) < 1.15 * min(past), past
     assert max(past) < 1.35 * at, (at, past)
     held = [p for p in g.points if p.x > limit]
     assert held and all(abs(p.loo_rel_error) < 0.2 for p in held), [(p.x, p.loo_rel_error) for p in held]
