@@ -60,10 +60,12 @@ def test_a_small_kv_cache_flattens_the_sweep_and_the_fit_says_so(tmp_path):
     past = [ok[c].tokens_per_s for c in ok if c >= 4 * limit]
     assert past and at > 2 * ok[1].tokens_per_s  # below the limit the batch widens
     # past it the queued requests wait: c requests run as c/limit waves of the limit, and the last wave's drain
-    # weighs 1/waves of the run, so tokens/s nears the plateau from below (three runs: 2 waves read 210-299,
-    # 4 and 8 waves 251-302). Judged where it has: flat from 4x to 8x the limit, and no higher than the widest
-    # admitted batch allows (238 to 332 tokens/s at the limit across runs: a 35% bound). Medians of three repeats.
-    assert max(past) < 1.15 * min(past), past
+    # weighs 1/waves of the run, so tokens/s nears the plateau from below (2 waves read 210-299 tokens/s across
+    # runs, 4 and 8 waves 251-305). Judged at 4x and 8x the limit: doubling the requests there gained 0.92x to
+    # 1.15x in four runs (the drain's share halving gives about 1.1x), where an engine admitting them all would
+    # double its batch; and no higher than the widest admitted batch allows (238 to 332 tokens/s at the limit
+    # across runs: a 35% bound). Medians of three repeats.
+    assert max(past) < 1.25 * min(past), past
     assert max(past) < 1.35 * at, (at, past)
     held = [p for p in g.points if p.x > limit]
     assert held and all(abs(p.loo_rel_error) < 0.2 for p in held), [(p.x, p.loo_rel_error) for p in held]
