@@ -39,3 +39,15 @@ def test_predicted_header_names_the_row():
     header = next(n for n in pred.notes if n.startswith("efficiencies from"))
     assert "NVIDIA Ampere row" in header and "decode_bw 77%" in header
     assert pred.fit["model"]["source"] == "analytic"
+
+
+def test_cdna3_compute_shares_follow_each_parts_max_achievable_flops():
+    """MI300X and MI325X share the family's bandwidth figure but not its compute: AMD's max-achievable FLOPs
+    (54% and 64.5% of the same 1,307 TFLOP/s peak) scale the stated shares, so the MI325X computes faster."""
+    mi300x, mi325x = efficiencies_for("MI300X"), efficiencies_for("MI325X")
+    assert mi300x.decode_bw == mi325x.decode_bw == pytest.approx(0.57)
+    assert mi300x.prefill_phi < mi325x.prefill_phi < DEFAULT_EFFICIENCIES.prefill_phi
+    assert mi300x.decode_phi / DEFAULT_EFFICIENCIES.decode_phi == pytest.approx(0.54 / 0.73, rel=0.01)
+    assert mi325x.decode_phi / DEFAULT_EFFICIENCIES.decode_phi == pytest.approx(0.645 / 0.73, rel=0.01)
+    assert "Max-Achievable FLOPs" in mi300x.source and "708 of 1,307" in mi300x.source
+    assert family_of("MI325X") == family_of("MI300X") == "AMD CDNA3"

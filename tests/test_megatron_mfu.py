@@ -18,9 +18,13 @@ SHAPE = {"prompt_len": 256, "response": {"dist": "lognormal:mean=512,sigma=0.6,m
          "train": {"micro_batch": 2}}
 
 
-def _train_phi(model, backend):
+def _steps(model, backend, device):
     shape = RLShape.model_validate({**SHAPE, "train": {**SHAPE["train"], "backend": backend}})
-    return StepModel(model, shape).train_model.train.phi_flops_per_s
+    return StepModel(model, shape, device=device)
+
+
+def _train_phi(model, backend, device="H100 SXM"):
+    return _steps(model, backend, device).train_model.train.phi_flops_per_s
 
 
 @pytest.mark.parametrize("gpu, dtype, megatron", [("h100", "bfloat16", 0.52), ("h100", "fp8", 0.35)])
@@ -40,7 +44,7 @@ def test_fitted_profile_keeps_its_measured_rate():
 
 def test_no_published_megatron_run_keeps_the_fsdp_share():
     model = analytic_model(resolve_model("qwen2.5-7b").spec, "a100")[0]
-    assert _train_phi(model, "megatron") == pytest.approx(model.train.phi_flops_per_s)
+    assert _train_phi(model, "megatron", "A100 80GB SXM") == pytest.approx(model.train.phi_flops_per_s)
     assert "no published Megatron run" in rf.train_mfu("A100 80GB SXM", "bfloat16", "megatron")[1]
 
 
@@ -51,3 +55,18 @@ def test_decide_says_which_share_megatron_trained_at(tmp_path):
                                       "shape": {**SHAPE, "train": {**SHAPE["train"], "backend": "megatron"}}})
     notes = " ".join(decide_from_spec(spec)[0].notes)
     assert "Megatron training at 52% of the" in notes and "dgxc-benchmarking" in notes
+
+
+def test_the_profiles_device_decides_the_share_not_a_rate_that_happens_to_match():
+    """The Megatron share is the named device's: a profile with no device or one without a datasheet row, or
+    a rate that is not that row's FSDP share (calibrated), keeps its rate and says why."""
+    model = analytic_model(resolve_model("qwen2.5-7b").spec, "h100")[0]
+    phi = model.train.phi_flops_per_s
+    for device, why in [(None, "no datasheet row"), ("Mystery GPU 9000", "no datasheet row"),
+                        ("A100 80GB SXM", "not the A100 80GB SXM row's FSDP share")]:
+        steps = _steps(model, "megatron", device)
+        assert steps.train_model.train.phi_flops_per_s == phi
+        assert why in steps.train_rate_note
+    calibrated = model.model_copy(update={"train": model.train.model_copy(update={"phi_flops_per_s": 0.9 * phi})})
+    assert _train_phi(calibrated, "megatron") == pytest.approx(0.9 * phi)
+    assert _train_phi(model, "megatron") == pytest.approx(0.52 * peak_flops(lookup("h100"), "bfloat16"))

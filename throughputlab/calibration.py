@@ -88,6 +88,9 @@ DEFAULT_EFFICIENCIES = Efficiencies()
 # One row per family: (family, datasheet keys, engine or None for any, {field: value}, source). Each
 # value is a published measurement outside benchmarks/data/published/; a family without one keeps the
 # stated defaults and says so. Fields not named keep DEFAULT_EFFICIENCIES' values.
+_CDNA3_BW = ("ScalarLM's MI300X memcpy benchmark (scalarlm.ghost.io/blog/scalarlm-benchmarking-mi300x-memcpy): copies "
+             "over 10 MB level off at 2.0-3.0 TB/s of 5.3; taken at the top, 3.0 TB/s")
+_CDNA3_MAF = "FLOP/s shares from AMD's max-achievable FLOPs (rocm.blogs.amd.com, Measuring Max-Achievable FLOPs Part 2): "
 _FAMILY_ROWS: list[tuple[str, tuple[str, ...], Optional[str], dict[str, float], str]] = [
     ("NVIDIA Hopper", ("H100 SXM", "H100 PCIe", "H100 NVL", "H200", "H20", "H800 SXM", "H800 PCIe"), None,
      {"decode_bw": 0.80}, "Nsight Compute on an H100 SXM5 LLM decode (mikamirai.com/blog/gpu-memory-bandwidth, "
@@ -99,9 +102,18 @@ _FAMILY_ROWS: list[tuple[str, tuple[str, ...], Optional[str], dict[str, float], 
      "1.80 of 2.04 TB/s, 88% (forums.developer.nvidia.com/t/339083)"),
     ("NVIDIA Ada", ("L40S", "L4", "RTX 4090"), None, {}, ""),
     ("NVIDIA Blackwell", ("B200", "GB200"), None, {}, ""),
-    ("AMD CDNA3", ("MI300X", "MI325X"), None,
-     {"decode_bw": 0.57}, "ScalarLM's MI300X memcpy benchmark (scalarlm.ghost.io/blog/scalarlm-benchmarking-mi300x-"
-     "memcpy): copies over 10 MB level off at 2.0-3.0 TB/s of 5.3; taken at the top, 3.0 TB/s"),
+    # CDNA3 compute: the datasheet peak is at the 2.1 GHz boost clock, which dense GEMMs do not hold. AMD's
+    # max-achievable FLOPs (rocm.blogs.amd.com, "Measuring Max-Achievable FLOPs - Part 2", Feb 2025, hipBLASLt at
+    # 4096x4864x32896): MI300X BF16 708 of 1,307 TFLOP/s (54%; FP8 1,273 of 2,615, 49%), MI325X BF16 843 (64.5%;
+    # FP8 58%). The stated FLOP/s shares were set on NVIDIA parts, whose dense BF16 GEMMs sustain about 720 of
+    # H100's 989 (73%; SemiAnalysis, "MI300X vs H100 vs H200 Benchmark Part 1: Training", Dec 2024): the CDNA3
+    # shares are the stated ones x 0.54/0.73 = 0.74 (MI300X) and x 0.645/0.73 = 0.88 (MI325X), BF16's figure.
+    ("AMD CDNA3", ("MI300X",), None,
+     {"decode_bw": 0.57, "decode_phi": 0.50 * 0.74, "prefill_phi": 0.60 * 0.74}, _CDNA3_BW + "; " + _CDNA3_MAF
+     + "MI300X BF16 708 of 1,307 TFLOP/s, 54%, against about 73% on H100 (SemiAnalysis, Dec 2024): x 0.74"),
+    ("AMD CDNA3", ("MI325X",), None,
+     {"decode_bw": 0.57, "decode_phi": 0.50 * 0.88, "prefill_phi": 0.60 * 0.88}, _CDNA3_BW + "; " + _CDNA3_MAF
+     + "MI325X BF16 843 of 1,307 TFLOP/s, 64.5%, against about 73% on H100 (SemiAnalysis, Dec 2024): x 0.88"),
 ]
 
 
@@ -113,7 +125,7 @@ def family_of(device_key: str) -> Optional[str]:
 def efficiencies_for(device_key: str, engine: Optional[str] = None) -> Efficiencies:
     """Stated defaults for a device: its family's row (the engine's row where one exists), else today's."""
     fam = family_of(device_key)
-    rows = [r for r in _FAMILY_ROWS if r[0] == fam and r[2] in (engine, None)]
+    rows = [r for r in _FAMILY_ROWS if r[0] == fam and device_key in r[1] and r[2] in (engine, None)]
     if not rows:
         return DEFAULT_EFFICIENCIES.model_copy(update={"source": f"{DEFAULT_EFFICIENCIES.source}; {device_key}: "
                                                        "no device-family row, so the generic defaults"})

@@ -175,7 +175,7 @@ def decide_from_spec(spec: DecideSpec, adjust_step=None) -> list[Decision]:
                         "GPUs are one colocated cluster: use --placement split (with --gen-gpus)")
     if legacy:
         one = decide(spec, model, train_model=train_model, bytes_per_param=prof.bytes_per_param, caps=caps,
-                     adjust_step=adjust_step)
+                     adjust_step=adjust_step, device=prof.hardware.device_name)
         one.notes.extend(profile_notes(prof, fit))
         return [one]
     cluster = cluster or ClusterSpec()
@@ -191,7 +191,8 @@ def decide_from_spec(spec: DecideSpec, adjust_step=None) -> list[Decision]:
         try:
             decisions.append(decide(spec, model, train_model=train_model, bytes_per_param=prof.bytes_per_param,
                                     caps=caps, placement=pl, cluster=cluster, activation_per_sequence=act,
-                                    on_gpu=prof.hardware.device_type == "cuda", adjust_step=adjust_step))
+                                    on_gpu=prof.hardware.device_type == "cuda", adjust_step=adjust_step,
+                                    device=prof.hardware.device_name))
         except UserError as err:
             if cluster.placement != "search":
                 raise
@@ -227,7 +228,8 @@ def best_time(d: Decision) -> float:
 def decide(spec: DecideSpec, model: ThroughputModel, train_model: Optional[ThroughputModel] = None,
            bytes_per_param: Optional[int] = None, caps: Optional[EngineCaps] = None,
            placement: Optional[Placement] = None, cluster: Optional[ClusterSpec] = None,
-           activation_per_sequence: Optional[float] = None, on_gpu: bool = False, adjust_step=None) -> Decision:
+           activation_per_sequence: Optional[float] = None, on_gpu: bool = False, adjust_step=None,
+           device: Optional[str] = None) -> Decision:
     """Build the rows from the throughput model and the spec, then :func:`rank` them."""
     if spec.group < 1:
         raise UserError(f"--group must be a positive integer, got {spec.group}")
@@ -269,7 +271,7 @@ def decide(spec: DecideSpec, model: ThroughputModel, train_model: Optional[Throu
     critic = critic_costs_for(spec.shape, bytes_per_param) if bytes_per_param else None
     steps = StepModel(model, spec.shape, train_model=train_model, critic_costs=critic,
                       caps=caps, placement=placement, cluster=cluster,
-                      activation_per_sequence=activation_per_sequence, on_gpu=on_gpu)
+                      activation_per_sequence=activation_per_sequence, on_gpu=on_gpu, device=device)
     lay = steps.layout
     placed = None if placement is None else placement.labelled(
         "FSDP" if lay is None else f"Megatron TP {lay.tp} x PP {lay.pp} x EP {lay.ep}")

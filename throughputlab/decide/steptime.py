@@ -41,7 +41,7 @@ from throughputlab.decide.shape import (  # noqa: F401  (re-exported: the shape'
     TrainShape,
 )
 from throughputlab.errors import UserError
-from throughputlab.records.peaks import device_names, lookup, peak_flops
+from throughputlab.records.peaks import lookup, peak_flops
 from throughputlab.roofline import Costs
 from throughputlab.roofline import rl as rf_rl
 from throughputlab.throughput import ThroughputModel
@@ -114,7 +114,8 @@ class StepModel:
     def __init__(self, model: ThroughputModel, shape: RLShape, train_model: Optional[ThroughputModel] = None,
                  critic_costs: Optional[Costs] = None, caps: Optional[EngineCaps] = None,
                  placement: Optional[Placement] = None, cluster: Optional[ClusterSpec] = None,
-                 activation_per_sequence: Optional[float] = None, on_gpu: bool = False):
+                 activation_per_sequence: Optional[float] = None, on_gpu: bool = False,
+                 device: Optional[str] = None):
         """With a ``placement`` the batch is divided over its engines and training is FSDP over its
         training devices (see decide/cluster.py); without one, one engine and one training device."""
         self.shape = shape
@@ -124,7 +125,7 @@ class StepModel:
         self.dist = shape.response.resolve()
         # memory must hold the longest sequence (a padded pass: every sequence at the padded length)
         self.train_seq_len = max(shape.prompt_len + self.dist.longest(), shape.train.padded_seq_len or 0)
-        train_model, self.train_rate_note = backend_train_model(train_model or model, shape.train.backend)
+        train_model, self.train_rate_note = backend_train_model(train_model or model, shape.train.backend, device)
         if placement is not None:
             model.require("decode")
             train_model = training_model(train_model or model, placement, shape.train.activation_checkpointing,
@@ -387,26 +388,23 @@ class _RatedLayout(MegatronLayout):
         return f"{super().describe(gpus)}; {self.rate_note}"
 
 
-def backend_train_model(model: ThroughputModel, backend: str) -> tuple[ThroughputModel, str]:
-    """Megatron on a predicted profile: the training FLOP/s at Megatron's share of the peak instead of FSDP's
-    (roofline.backend_train_rate). The profile names no device: its stored rate, FSDP's share of one datasheet
-    row's peak, does. A fitted profile, or a rate no row's FSDP share gives (calibrated), keeps its rate."""
+def backend_train_model(model: ThroughputModel, backend: str, device: Optional[str] = None
+                        ) -> tuple[ThroughputModel, str]:
+    """Megatron on a predicted profile of ``device`` (the profile's datasheet row): the training FLOP/s at
+    Megatron's share of the peak instead of FSDP's (roofline.backend_train_rate). A fitted profile, a device
+    with no datasheet row, or a rate that is not that row's FSDP share (calibrated) keeps its rate."""
     t = model.require("train")
     if backend != "megatron" or model.source == "fit":
         return model, f"training at the profile's {'measured' if model.source == 'fit' else 'FSDP'} FLOP/s"
     dtype = {2: "bfloat16", 1: "fp8"}.get(model.costs.bytes_per_param, "float32")
-    rates = {}
-    for ds in filter(None, map(lookup, device_names())):
-        peak = peak_flops(ds, dtype)
-        if peak and abs(rf.train_mfu(ds.device, dtype)[0] * peak - t.phi_flops_per_s) <= 1e-6 * t.phi_flops_per_s:
-            phi, share, source = rf.backend_train_rate(t.phi_flops_per_s, ds.device, dtype, backend)
-            entry = rates.setdefault(round(phi), [phi, share, [], []])
-            entry[2].append(source), entry[3].append(ds.device)
-    if len(rates) != 1:
-        return model, "training at the profile's stated FLOP/s (not a datasheet row's FSDP share: kept)"
-    phi, share, sources, rows = next(iter(rates.values()))
-    note = (f"Megatron training at {share:.0%} of the {dtype} peak, {phi / 1e12:.0f} TFLOP/s "
-            f"({min(sources, key=len)}; the profile's rate fits the {', '.join(rows)} rows)")
+    ds = lookup(device) if device else None
+    peak = peak_flops(ds, dtype) if ds is not None else None
+    if not peak or abs(rf.train_mfu(ds.device, dtype)[0] * peak - t.phi_flops_per_s) > 1e-6 * t.phi_flops_per_s:
+        return model, ("training at the profile's stated FLOP/s (" + (f"{device or 'the profile names no device'}: no "
+                       "datasheet row" if ds is None
+                       else f"not the {ds.device} row's FSDP share") + ": kept)")
+    phi, share, source = rf.backend_train_rate(t.phi_flops_per_s, ds.device, dtype, backend)
+    note = f"Megatron training at {share:.0%} of the {ds.device} {dtype} peak, {phi / 1e12:.0f} TFLOP/s ({source})"
     return model.model_copy(update={"train": t.model_copy(update={"phi_flops_per_s": phi})}), note
 
 
