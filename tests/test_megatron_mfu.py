@@ -70,3 +70,16 @@ def test_the_profiles_device_decides_the_share_not_a_rate_that_happens_to_match(
     calibrated = model.model_copy(update={"train": model.train.model_copy(update={"phi_flops_per_s": 0.9 * phi})})
     assert _train_phi(calibrated, "megatron") == pytest.approx(0.9 * phi)
     assert _train_phi(model, "megatron") == pytest.approx(0.52 * peak_flops(lookup("h100"), "bfloat16"))
+
+
+@pytest.mark.parametrize("backend, said", [("fsdp", True), ("megatron", False)])
+def test_megatrons_layout_under_fsdp_is_said_not_dropped(tmp_path, backend, said):
+    path = tmp_path / "q7.json"
+    predict_analytic(resolve_model("qwen2.5-7b").spec, "h100", layout=Layout(gpus=8)).save(path)
+    spec = DecideSpec.model_validate({"profile": str(path), "prompts": [64], "group": 8, "cluster": {"gpus": 8},
+                                      "shape": {**SHAPE, "train": {**SHAPE["train"], "backend": backend,
+                                                                   "tp": 2, "pp": 2}}})
+    notes = [n for n in decide_from_spec(spec)[0].notes if "ignored" in n]
+    assert bool(notes) == said
+    if said:
+        assert notes[0].startswith("train tp 2, pp 2 ignored") and "--train-backend megatron" in notes[0]

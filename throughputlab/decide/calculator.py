@@ -205,6 +205,7 @@ def decide_from_spec(spec: DecideSpec, adjust_step=None) -> list[Decision]:
     decisions[0].notes.extend(left_out)
     decisions[0].notes.extend(profile_notes(prof, fit))
     decisions[0].notes.extend(layout_notes(model, decisions[0].placement, cluster, domain))
+    decisions[0].notes.extend(unused_layout_notes(spec.shape.train))
     note = domain_note(candidates[0], domain_source)
     if note:
         decisions[0].notes.append(note)
@@ -215,6 +216,15 @@ def decide_from_spec(spec: DecideSpec, adjust_step=None) -> list[Decision]:
             f"{prof.model.name}'s {prof.model.context_limit_name} ({limit}): the model cannot generate that long, and these "
             "figures extrapolate; shorten --prompt-len or the response lengths")
     return decisions
+
+
+def unused_layout_notes(train) -> list[str]:
+    """Megatron's layout set with the FSDP backend: said in the notes, never silently dropped."""
+    set_ = [f"{k} {getattr(train, k)}" for k in ("tp", "pp", "ep") if getattr(train, k) > 1]
+    if train.backend == "megatron" or not set_:
+        return []
+    return [f"train {', '.join(set_)} ignored: they lay out Megatron's training, and the training backend is FSDP "
+           "(every training GPU holds a shard of the whole model); set --train-backend megatron to use them"]
 
 
 def best_time(d: Decision) -> float:
