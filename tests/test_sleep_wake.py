@@ -56,3 +56,16 @@ def test_decide_charges_sleep_and_wake_on_colocated_engines_only(q7_8xh100):
     assert colo - none > 2 * w / (rl.HOST_LINK_BYTES_PER_S * rl.HOST_COPY_EFFICIENCY)
     split = _sync(q7_8xh100, placement="split", gen_gpus=4)
     assert split == _sync(q7_8xh100, placement="split", gen_gpus=4, sleep_wake_s=0.0)
+
+
+def test_sleep_level_two_moves_no_weights_over_the_host_link(q7_8xh100):
+    """cluster.sleep_level (--sleep-level) reaches the sync: level 2 (veRL with vLLM >= 0.8.5) keeps only the
+    fixed costs, level 1 (the default, NeMo-RL) adds each GPU's weights to host memory and back."""
+    one, two, none = (_sync(q7_8xh100, sleep_level=1), _sync(q7_8xh100, sleep_level=2),
+                      _sync(q7_8xh100, sleep_wake_s=0.0))
+    w = rf.all_weight_bytes(load_model(Profile.load(q7_8xh100)).costs)
+    assert two - none == pytest.approx(rl.sleep_wake_s(w, 2, 8), rel=1e-9)
+    assert one == _sync(q7_8xh100) and one - two == pytest.approx(
+        rl.sleep_wake_s(w, 1, 8) - rl.sleep_wake_s(w, 2, 8), rel=1e-9)
+    with pytest.raises(ValueError, match="sleep_level"):
+        _sync(q7_8xh100, sleep_level=3)

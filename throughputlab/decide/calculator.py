@@ -295,7 +295,8 @@ def decide(spec: DecideSpec, model: ThroughputModel, train_model: Optional[Throu
         notes.append(f"weight sync {steps.sync_s:.3g} s per step"
                      + (" as modelled, before the calibration to the log" if adjust_step is not None else "")
                      + " (gather from FSDP, load into the engines"
-                     + (", engines' sleep and wake" if placement.kind == "colocated" and on_gpu else "") + ")")
+                     + (f", engines' sleep and wake at vLLM sleep level {steps.cluster.sleep_level}"
+                        if placement.kind == "colocated" and on_gpu else "") + ")")
     if steps.group_share:
         notes.append(f"GRPO: the {spec.group} responses of a prompt share its prefill and KV cache (prefix caching)")
     if spec.shape.train.activation_checkpointing:

@@ -17,7 +17,8 @@ DECIDE_FLAGS = {
     "profile": "profile", "prompts": "prompts", "group": "group", "baseline": "baseline",
     "prompt_len": "shape.prompt_len", "algo": "shape.algo", "overlap": "shape.overlap", "seed": "shape.seed",
     "target": "samples.target", "direction": "samples.direction", "lr_ref": "lr.ref", "lr_rule": "lr.rule",
-    **{k: f"cluster.{k}" for k in ("gpus", "nodes", "placement", "gen_gpus", "engine_tp", "gpu_memory_utilization")},
+    **{k: f"cluster.{k}" for k in ("gpus", "nodes", "placement", "gen_gpus", "engine_tp", "gpu_memory_utilization",
+                                  "sleep_level")},
     "activation_checkpointing": "shape.train.activation_checkpointing", "partial_rollout": "shape.partial_rollout",
     "off_policy_steps": "shape.off_policy_steps", "train_backend": "shape.train.backend",
     **{f"train_{k}": f"shape.train.{k}" for k in ("tp", "pp", "ep")},
@@ -145,6 +146,7 @@ def build_spec(spec_file: Optional[Path], base: Optional[dict] = None, set_items
 @decide_option("--gen-gpus", "gen_gpus", type=int)
 @decide_option("--engine-tp", "engine_tp", type=int, shown="the profile's")
 @decide_option("--gpu-memory-utilization", "gpu_memory_utilization", type=float, shown="0.5 colocated, 0.9 split")
+@decide_option("--sleep-level", "sleep_level", type=click.IntRange(1, 2))
 @decide_option("--max-num-seqs", "max_num_seqs", type=int, shown="1024, veRL's")
 @decide_option("--max-model-len", "max_model_len", type=int, shown="the profile's engine's")
 @decide_option("--max-num-batched-tokens", "max_num_batched_tokens", type=int, shown="the profile's engine's")

@@ -27,9 +27,6 @@ from throughputlab.throughput import CommParams, ThroughputModel
 
 COLOCATED_GPU_MEMORY_UTILIZATION = 0.5  # veRL's rollout default: the trainer's state stays on the devices
 SPLIT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default on devices that only generate
-# colocated on GPUs: vLLM's sleep and wake-up around each update (roofline.rl.sleep_wake_s), at level 1 (NeMo-RL,
-# veRL before vLLM 0.8.5; veRL since uses level 2, which moves no weights over the host link)
-SLEEP_LEVEL = 1
 
 
 class ClusterSpec(Record):
@@ -46,6 +43,11 @@ class ClusterSpec(Record):
     engine_tp: Optional[int] = Field(None, description="Devices per generation engine.")  # default: the profile's
     gpu_memory_utilization: Optional[float] = Field(None, description=(  # default 0.5 colocated, 0.9 split
         "The engines' share of device memory (KV cache = share - weights)."))
+    # colocated on GPUs: vLLM's sleep and wake-up around each update (roofline.rl.sleep_wake_s)
+    sleep_level: Literal[1, 2] = Field(1, description=(
+        "Colocated engines' vLLM sleep level between rollouts: 1 copies each GPU's weights to host memory and back "
+        "(NeMo-RL; veRL before vLLM 0.8.5), 2 discards them and the weight sync refills them (veRL since "
+        "volcengine/verl#3082 with vLLM >= 0.8.5)."))
     sleep_wake_s: Optional[float] = None  # default roofline.rl.sleep_wake_s colocated on GPUs, 0 otherwise
 
     @model_validator(mode="after")
@@ -320,7 +322,7 @@ def sync_s(model: ThroughputModel, pl: Placement, spec: ClusterSpec, link_bytes_
                             "shape.sync.bytes_per_s (bytes/s) in the RL shape file")
         move = rf.transfer_s(w, rate)
     sleep = spec.sleep_wake_s if spec.sleep_wake_s is not None else (
-        rf_rl.sleep_wake_s(w / max(pl.tp, 1), SLEEP_LEVEL, pl.per_node,
+        rf_rl.sleep_wake_s(w / max(pl.tp, 1), spec.sleep_level, pl.per_node,
                            # a domain beyond the node: GB200 NVL72, whose Grace hosts sit on NVLink-C2C
                            rf_rl.C2C_BYTES_PER_S if pl.domain else rf_rl.HOST_LINK_BYTES_PER_S)
         if pl.kind == "colocated" and on_gpu else 0.0)
