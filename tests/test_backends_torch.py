@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from throughputlab.backends.hf_gen import HFGenerationBackend
+from throughputlab.backends.hf_gen import HFGenerationBackend, PackedLinear
 from throughputlab.backends.torch_train import TorchTrainingBackend
 from throughputlab.errors import UserError
 from throughputlab.models import resolve_model
@@ -19,6 +19,12 @@ def gen():
     b.start()
     yield b
     b.close()
+
+
+def _weights(model) -> int:
+    """Weights of a model whose linear layers may be packed (their sizes, not the packed layout's)."""
+    packed = [m for m in model.modules() if isinstance(m, PackedLinear)]
+    return sum(p.numel() for p in model.parameters()) + sum(m.in_features * m.out_features for m in packed)
 
 
 @pytest.mark.slow
@@ -60,8 +66,7 @@ def test_overhead_probe_runs_the_same_requests_through_the_narrowed_network(gen)
     mc = gen.model.config
     assert (cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.vocab_size) == \
         (mc.num_hidden_layers, mc.num_attention_heads, mc.num_key_value_heads, mc.head_dim, mc.vocab_size)
-    n_model = sum(p.numel() for p in gen.model.parameters())
-    n_probe = sum(p.numel() for p in gen.probe.parameters())
+    n_model, n_probe = _weights(gen.model), _weights(gen.probe)
     assert n_probe < 0.4 * n_model
 
 
@@ -137,3 +142,27 @@ def test_effective_lr_is_recorded_when_asked(tmp_path):
     finally:
         b.close()
     assert eff and all(0 < v < 1 for v in eff.values())
+
+
+@pytest.mark.slow
+def test_packed_linears_give_the_plain_networks_tokens(gen):
+    """On CPU in float32 every linear layer runs from oneDNN-packed weights (model and probe); the tokens are
+    those of the same network through F.linear (prepack=false), and the profile says which ran."""
+    plain = HFGenerationBackend(resolve_model("tiny"), dtype="float32", device="cpu", seed=0,
+                                engine_args={"prepack": "false"})
+    plain.start()
+    try:
+        n_linear = sum(isinstance(m, torch.nn.Linear) for m in plain.model.modules())
+        assert n_linear > 0 and not any(isinstance(m, PackedLinear) for m in plain.model.modules())
+        assert gen.packed_layers == n_linear and not any(type(m) is torch.nn.Linear for m in gen.model.modules())
+        assert any(isinstance(m, PackedLinear) for m in gen.probe.modules())
+        for b in (gen, plain):
+            b._gen = torch.Generator().manual_seed(7)
+            b.run(3, 6, 6)
+        assert torch.equal(gen.last_output_ids, plain.last_output_ids)
+        assert gen.engine_info().engine_args["linear"].startswith("oneDNN, packed")
+        assert plain.engine_info().engine_args["linear"] == "torch F.linear"
+    finally:
+        plain.close()
+    bf16 = HFGenerationBackend(resolve_model("tiny"), dtype="bfloat16", device="cpu")
+    assert not bf16.prepack  # float32 only: other dtypes keep F.linear
