@@ -53,6 +53,11 @@ def test_roofline_terms():
     bw, alpha, crosses = rfl.cross_node_tp_link(300e9, 17e-6, 16, 8, 40e9, rfl.INTER_NODE_ALPHA_S)
     assert crosses and bw == 40e9 and alpha == rfl.INTER_NODE_ALPHA_S
     assert rfl.cross_node_tp_link(300e9, 17e-6, 8, 8, 40e9, 20e-6) == (300e9, 17e-6, False)
+    # a micro-batch: compute split over TP x PP, one stage's share of the launches and collectives
+    assert rfl.megatron_microbatch_s(8.0, 2, 4, 0.4, 0.8) == pytest.approx(8.0 / 8 + 1.2 / 4)
+    # a mini-batch: the 1F1B bubble on its passes plus the optimizer's traffic not hidden
+    assert rfl.megatron_minibatch_extra_s(10.0, 4, 12, 2.0, 0.75) == pytest.approx(0.25 * 10.0 + 0.5)
+    assert rfl.megatron_minibatch_extra_s(10.0, 1, 12, 0.0, 1.0) == 0.0
 
 
 def test_megatron_drops_fsdps_all_gathers_and_says_so(q7_16):

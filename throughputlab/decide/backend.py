@@ -61,7 +61,6 @@ def megatron_pass(model: ThroughputModel, layout: MegatronLayout, backward: bool
     alone = model.model_copy(update={"train_devices": 1})  # the compute without FSDP's collectives
     step = alone.train_step_s if backward else alone.forward_s
     comm = model.comm
-    g = layout.model_parallel
     recompute = model.activation_checkpointing
 
     ep_link = None
@@ -78,8 +77,7 @@ def megatron_pass(model: ThroughputModel, layout: MegatronLayout, backward: bool
         if ep_link is not None:  # each TP rank dispatches its share of the micro-batch's tokens
             coll += rf.megatron_ep_comm_s(model.costs, b * s / layout.tp, layout.ep, ep_link[0], ep_link[1],
                                           backward, recompute)
-        # a pipeline stage holds L/pp layers: its launches and its layers' collectives are 1/pp of the model's
-        return float(step(b, s)) / g + (launch_s + coll) / layout.pp
+        return rf.megatron_microbatch_s(float(step(b, s)), layout.tp, layout.pp, launch_s, coll)
     return one
 
 
@@ -87,10 +85,9 @@ def megatron_minibatch_extra_s(model: ThroughputModel, layout: MegatronLayout, p
                                micro_batches: int, param_scale: float = 1.0) -> float:
     """What a mini-batch adds to its micro-batches' ``passes_s``: the 1F1B bubble and the distributed
     optimizer's traffic over the data-parallel ranks (the exposed share, as FSDP's)."""
-    bubble = rf.pipeline_bubble(layout.pp, micro_batches) * passes_s
     comm = model.comm
     if comm is None:
-        return bubble
+        return rf.megatron_minibatch_extra_s(passes_s, layout.pp, micro_batches, 0.0, 1.0)
     sync = rf.megatron_dp_sync_s(model.costs, layout.model_parallel, layout.dp, comm.fsdp_busbw_bytes_per_s,
                                  comm.fsdp_alpha_s) * param_scale
-    return bubble + (1.0 - comm.fsdp_hidden_share) * sync
+    return rf.megatron_minibatch_extra_s(passes_s, layout.pp, micro_batches, sync, comm.fsdp_hidden_share)

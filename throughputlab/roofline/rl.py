@@ -68,6 +68,19 @@ def pipeline_bubble(pp: int, micro_batches: int) -> float:
     return (pp - 1) / micro_batches
 
 
+def megatron_microbatch_s(one_gpu_s: float, tp: int, pp: int, launch_s: float, collectives_s: float) -> float:
+    """One micro-batch on a Megatron replica of ``tp x pp`` GPUs: the compute one GPU would take, split over
+    them, plus one stage's share (``1/pp`` of the layers) of the model's per-layer launches and collectives."""
+    return one_gpu_s / (tp * pp) + (launch_s + collectives_s) / pp
+
+
+def megatron_minibatch_extra_s(passes_s: float, pp: int, micro_batches: int, dp_sync_s: float,
+                               hidden_share: float) -> float:
+    """What a Megatron mini-batch adds to its micro-batches' ``passes_s``: the 1F1B bubble, and the distributed
+    optimizer's traffic (``megatron_dp_sync_s``) less the share hidden under compute."""
+    return pipeline_bubble(pp, micro_batches) * passes_s + (1.0 - hidden_share) * dp_sync_s
+
+
 def megatron_dp_sync_s(costs: Costs, model_parallel: int, dp: int, busbw: float, alpha_s: float = 0.0) -> float:
     """The distributed optimizer's traffic per optimizer step and rank: its gradient shard reduce-scattered
     and its parameter shard all-gathered over ``dp`` ranks, each rank holding 1/``model_parallel`` of the
