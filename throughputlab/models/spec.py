@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+import numpy as np
+
 from throughputlab.errors import UserError
 from throughputlab.records.base import Record
 
@@ -165,11 +167,12 @@ class ModelSpec(Record):
         }
 
 
-def experts_touched(num_experts: int, top_k: int, tokens: float) -> float:
-    """Expected distinct experts per layer hit by ``tokens`` tokens with uniform top-k routing."""
-    if tokens <= 0:
-        return 0.0
-    return num_experts * (1.0 - (1.0 - top_k / num_experts) ** tokens)
+def experts_touched(num_experts: int, top_k: int, tokens):
+    """Expected distinct experts per layer hit by ``tokens`` tokens with uniform top-k routing,
+    E * (1 - (1 - k/E)^tokens); 0 for no tokens. ``tokens`` a number or a numpy array."""
+    t = np.maximum(np.asarray(tokens, dtype=float), 0.0)
+    out = num_experts * (1.0 - (1.0 - top_k / num_experts) ** t)
+    return float(out) if out.ndim == 0 else out
 
 
 def _get(cfg: dict[str, Any], *names: str, default: Any = None) -> Any:

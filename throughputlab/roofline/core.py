@@ -8,7 +8,7 @@ from typing import Callable, Optional
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from throughputlab.models.spec import ModelSpec
+from throughputlab.models.spec import ModelSpec, experts_touched
 
 ADAM_BYTES_PER_PARAM = 16  # 16-bit weights and grads, fp32 master copy, two fp32 Adam moments (ZeRO paper: 2+2+12)
 VLLM_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default gpu_memory_utilization (vllm/config/cache.py)
@@ -82,8 +82,8 @@ def weight_bytes(costs: Costs, tokens):
     tokens = np.asarray(tokens, dtype=float)
     if not costs.moe_num_experts:
         return _out(np.full_like(tokens, costs.weight_bytes))
-    e, k = costs.moe_num_experts, costs.moe_top_k or 1
-    touched = e * (1.0 - (1.0 - k / e) ** tokens)
+    k = costs.moe_top_k or 1
+    touched = experts_touched(costs.moe_num_experts, k, tokens)
     w = costs.weight_bytes + costs.moe_layers * (touched - k) * costs.moe_expert_bytes
     return _out(np.where(tokens <= 1, costs.weight_bytes, w))
 
