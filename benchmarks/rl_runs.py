@@ -49,7 +49,7 @@ from throughputlab.rlconfig import read_run_config  # noqa: E402
 
 DATA_DIR = ROOT / "benchmarks" / "data" / "rl_runs"
 STEP_TOL, PHASE_TOL, FAR, SHARE = 0.15, 0.25, 2.0, 0.80  # the targets: step, phases, no phase off by 2x, 80% of runs
-PHASES = ("gen_s", "logprob_s", "train_s", "critic_s", "sync_s", "step_s")
+PHASES = ("gen_s", "logprob_s", "train_s", "critic_s", "offload_s", "sync_s", "step_s")
 # the folder name's model -> (a preset or a config under published/models or rl_runs/models, note); None: cannot
 MODELS = {
     "llama3.1-8b-instruct": ("llama3.1-8b", ""),

@@ -297,6 +297,11 @@ def decide(spec: DecideSpec, model: ThroughputModel, train_model: Optional[Throu
                      + " (gather from FSDP, load into the engines"
                      + (f", engines' sleep and wake at vLLM sleep level {steps.cluster.sleep_level}"
                         if placement.kind == "colocated" and on_gpu else "") + ")")
+    if steps.offload_s:
+        tr = spec.shape.train
+        notes.append(f"host offload {steps.offload_s:.3g} s per step: each training GPU's parameters x "
+                     f"{tr.offload_param_copies:g}, fp32 gradients x {tr.offload_grad_copies:g} and optimizer state x "
+                     f"{tr.offload_optimizer_copies:g} over the host link (decide/offload.py)")
     if steps.group_share:
         notes.append(f"GRPO: the {spec.group} responses of a prompt share its prefill and KV cache (prefix caching)")
     if spec.shape.train.activation_checkpointing:

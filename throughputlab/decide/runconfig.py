@@ -72,6 +72,7 @@ def decide_data(rc: RunConfig) -> tuple[dict[str, Any], list[str], list[str]]:
     if rc.activation_checkpointing is not None:
         put("shape.train.activation_checkpointing", rc.activation_checkpointing != "none",
             f"activation checkpointing {rc.activation_checkpointing}")
+    offload_knobs(rc, put)
     put("shape.engine.max_num_seqs", rc.max_num_seqs, "the engines' sequence cap")
     put("shape.engine.max_num_batched_tokens", rc.max_num_batched_tokens, "the engines' token budget per step")
     put("shape.engine.enforce_eager", rc.enforce_eager, "engines without CUDA graphs")
@@ -95,6 +96,28 @@ def decide_data(rc: RunConfig) -> tuple[dict[str, Any], list[str], list[str]]:
     return data, used, _not_modelled(rc)
 
 
+def offload_knobs(rc, put) -> None:
+    """Training state to host memory and back between phases, in copies per step of each GPU's shard:
+    NeMo-RL's colocated step always moves the policy out for generation (offload_after_refit), back for the
+    log-probs, swaps the reference in from host memory (three copies, with a reference model), and takes its
+    fp32 gradients and optimizer out and back (nemo_rl/algorithms/grpo.py, megatron_policy_worker.py, v0.5.0);
+    veRL's param_offload reloads and offloads the parameters around the log-prob pass and the update (4),
+    optimizer_offload the optimizer around the update (2)."""
+    if rc.framework == "nemo-rl" and rc.placement == "colocated":
+        ref = rc.reference is not False
+        put("shape.train.offload_param_copies", 5 if ref else 2, "NeMo-RL colocated: the policy offloaded for "
+            "generation and reloaded" + (", the reference swapped in from host memory and out" if ref else ""))
+        put("shape.train.offload_grad_copies", 2, "NeMo-RL colocated: fp32 gradients offloaded and reloaded")
+        put("shape.train.offload_optimizer_copies", 2, "NeMo-RL colocated: the optimizer offloaded and reloaded")
+        return
+    if rc.param_offload:
+        put("shape.train.offload_param_copies", 4, "param_offload: reloaded and offloaded around the log-prob "
+            "pass and the update")
+    if rc.optimizer_offload or rc.optimizer_on_cpu:
+        put("shape.train.offload_optimizer_copies", 2, "optimizer_offload: reloaded and offloaded around the "
+            "update")
+
+
 def padded_seq_len(rc: RunConfig) -> Optional[int]:
     """veRL without remove-padding pads every sequence to prompt cap + response cap
     (:func:`roofline.padded_length`); None where sequences are packed or the caps are not stated."""
@@ -116,8 +139,9 @@ def _not_modelled(rc: RunConfig) -> list[str]:
                    "fits the longest sequence")
     if (rc.sequence_parallel or 1) > 1:
         out.append(f"sequence parallelism of {rc.sequence_parallel}: not modelled (training as FSDP alone)")
-    if rc.param_offload or rc.optimizer_offload or rc.optimizer_on_cpu:
-        out.append("parameter or optimizer offload: the reloads over the host link are not modelled")
+    if rc.optimizer_on_cpu:
+        out.append("the optimizer step on the CPU: its time is not modelled (only the state's copies over the "
+                   "host link)")
     if rc.train_strategy != "megatron" and (rc.train_tp or 1) > 1:
         out.append(f"tensor parallelism {rc.train_tp} under FSDP: predicted as FSDP alone over the same GPUs")
     if rc.lora_rank:

@@ -53,6 +53,17 @@ class TrainShape(_Spec):
     backend: Literal["fsdp", "megatron"] = Field("fsdp", description=(
         "The training backend: FSDP (weights all-gathered in every micro-batch) or Megatron-core (weights "
         "resident in replicas of TP x PP GPUs, the rest data-parallel; an approximation)."))
+    # training state moved to host memory and back between phases, in copies per step over the host link
+    # (roofline.rl.offload_bytes): NeMo-RL's colocated step, veRL's param_offload / optimizer_offload
+    offload_param_copies: float = Field(0.0, ge=0, description=(
+        "Copies of each training GPU's parameter shard that cross the host link per step (offload and reload "
+        "between phases; NeMo-RL colocated: 5 with a reference model, veRL param_offload: 4)."))
+    offload_grad_copies: float = Field(0.0, ge=0, description=(
+        "Copies of each training GPU's fp32 gradient shard that cross the host link per step (NeMo-RL colocated "
+        "Megatron: 2)."))
+    offload_optimizer_copies: float = Field(0.0, ge=0, description=(
+        "Copies of each training GPU's optimizer shard (fp32 master weights and Adam moments) that cross the host "
+        "link per step (NeMo-RL colocated and veRL optimizer_offload: 2)."))
     tp: int = Field(1, ge=1, description="Megatron training: tensor-parallel size of a model replica.")
     pp: int = Field(1, ge=1, description="Megatron training: pipeline stages of a model replica.")
     ep: int = Field(1, ge=1, description="Megatron training: expert-parallel size (MoE models).")

@@ -1,13 +1,11 @@
-"""One RL step: ``t_step = t_gen + t_logprob + t_train + t_sync`` (docs/model.md, "Rollout").
+"""One RL step: ``t_step = t_gen + t_logprob + t_train + t_offload + t_sync`` (docs/model.md, "Rollout").
 
-``t_gen`` comes from the rollout simulation; the log-prob forward passes (old policy,
-reference), the policy update (epochs x mini-batches x micro-batches with gradient
-accumulation, an optimizer step per mini-batch), the critic of PPO (value forward pass and
-its update, with its own model size) and the weight sync to the generator from the
-throughput model. Colocated and separate devices run the phases in sequence; one-step
-off-policy overlaps generation of the next batch with training on this one:
-``t_step = max(t_gen, t_logprob + t_train) + t_sync``.
-"""
+``t_gen`` comes from the rollout simulation; the log-prob forward passes (old policy, reference), the
+policy update (epochs x mini-batches x micro-batches with gradient accumulation, an optimizer step per
+mini-batch), the critic of PPO (its own model size), host offload between phases (decide/offload.py) and
+the weight sync from the throughput model. Colocated and separate devices run the phases in sequence;
+one-step off-policy overlaps generation of the next batch with training on this one:
+``t_step = max(t_gen, t_logprob + t_train + t_offload) + t_sync``."""
 
 from __future__ import annotations
 
@@ -28,6 +26,7 @@ from throughputlab.decide.cluster import (
     sync_s,
     training_model,
 )
+from throughputlab.decide.offload import offload_s
 from throughputlab.decide.partial import ROLLOUTS, PartialRollout, simulate_partial
 from throughputlab.decide.rollout import EngineCaps, RolloutResult, simulate_rollouts
 from throughputlab.decide.shape import (  # noqa: F401  (re-exported: the shape's home before the split)
@@ -64,6 +63,7 @@ class StepTime(BaseModel):
     critic_s: float
     sync_s: float
     step_s: float
+    offload_s: float = 0.0  # training state to host memory and back (decide/offload.py)
     micro_batch: int
     optimizer_steps: int
     seq_len_mean: float
@@ -168,6 +168,8 @@ class StepModel:
         if self.layout is not None:
             self.layout = _RatedLayout(**self.layout.model_dump(), rate_note=self.train_rate_note)
         self.sync_s = self._sync_s()
+        self.offload_s = offload_s(self.train_model, tr, placement.train_gpus if placement is not None else 1,
+                                   self.layout, placement.per_node if placement else 1, placement and placement.domain)
         self.overlapped = shape.overlap == "off-policy" or (placement is not None and placement.kind == "split"
                                                             and shape.overlap != "separate")
         # k steps of slack: the engines' queue holds k steps' samples (docs/model.md, "k steps off")
@@ -355,7 +357,7 @@ class StepModel:
             scale = rf.all_weight_bytes(cm.costs) / rf.all_weight_bytes(tm.costs)
             critic = self.critic_forward_s(per_dev, seq)
             critic += self._update_s(cm, n, seq, self._critic_micro(seq), scale, dev)[0]
-        learn = logprob + train + critic
+        learn = logprob + train + critic + self.offload_s
         overlapped = self.overlapped
         if overlapped:
             total = max(roll.wall_s, learn) + self.sync_s
@@ -365,6 +367,7 @@ class StepModel:
         return StepTime(prompts=prompts, group=group, responses=n,
                         overlap="off-policy" if overlapped else self.shape.overlap, gen_s=roll.wall_s,
                         logprob_s=logprob, train_s=train, critic_s=critic, sync_s=self.sync_s, step_s=total,
+                        offload_s=self.offload_s,
                         micro_batch=mb, optimizer_steps=opt_steps, seq_len_mean=seq, rollout=roll,
                         placement=pl.label if pl is not None else None, engines=len(counts), engine_prompts=counts,
                         gen_engine_mean_s=gen_mean, train_devices=gpus, idle_share=idle, prefix_sharing=share > 1,

@@ -156,3 +156,27 @@ def sleep_wake_s(weight_bytes_per_gpu: float, level: int = 1, gpus_copying: int 
     """One update's sleep and wake-up of a colocated engine's GPU (:func:`sleep_s` + :func:`wake_s`)."""
     return (sleep_s(weight_bytes_per_gpu, level, gpus_copying, host_bytes_per_s)
             + wake_s(weight_bytes_per_gpu, level, gpus_copying, host_bytes_per_s))
+
+
+# ---------------------------------------------------------------- offload between phases (host link)
+# Frameworks that move training state to host memory between phases pay each copy over the host link, at the
+# rate measured for vLLM's sleep above (two GPUs to a PCIe link copying at once). Bytes a parameter: the
+# parameters at the training dtype, gradients in fp32 (Megatron's main_grad, 4), the optimizer state as fp32
+# master weights and Adam's two moments (12).
+OFFLOAD_GRAD_BYTES = 4
+OFFLOAD_OPTIMIZER_BYTES = 12
+
+
+def offload_bytes(param_shard: float, optimizer_shard: float, param_bytes: int, param_copies: float,
+                  grad_copies: float, optimizer_copies: float) -> float:
+    """Bytes one GPU moves over the host link in a step: ``param_copies`` of its parameter shard (parameters a
+    GPU holds, ``param_shard``), ``grad_copies`` of its fp32 gradients, ``optimizer_copies`` of its optimizer
+    shard (``optimizer_shard`` parameters' worth)."""
+    return (param_shard * (param_copies * param_bytes + grad_copies * OFFLOAD_GRAD_BYTES)
+            + optimizer_shard * optimizer_copies * OFFLOAD_OPTIMIZER_BYTES)
+
+
+def host_copy_s(bytes_per_gpu: float, gpus_copying: int = 1, host_bytes_per_s: float = HOST_LINK_BYTES_PER_S) -> float:
+    """Copying ``bytes_per_gpu`` between a GPU and host memory while ``gpus_copying`` GPUs of the node copy too."""
+    return transfer_s(bytes_per_gpu, _host_rate(gpus_copying, host_bytes_per_s)) if bytes_per_gpu > 0 else 0.0
+

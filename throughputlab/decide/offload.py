@@ -1,0 +1,38 @@
+"""Training state moved to host memory and back between the phases of a step (``shape.train.offload_*``):
+NeMo-RL's colocated step (the policy's parameters, gradients and optimizer leave the GPUs for generation,
+the reference model is swapped in from host memory for its log-probs) and veRL's ``param_offload`` /
+``optimizer_offload``. The copies cross the host link at roofline.rl.host_copy_s's rate, every GPU of a node
+copying at once."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from throughputlab import roofline as rf
+from throughputlab.roofline import rl as rf_rl
+from throughputlab.throughput import ThroughputModel
+
+
+def param_shards(model: ThroughputModel, gpus: int, layout=None) -> tuple[float, float]:
+    """Parameters one training GPU holds, and its share of the optimizer state (in parameters): FSDP shards
+    both over every training GPU; Megatron holds 1/(TP x PP) of the dense weights and 1/(TP x PP x EP) of the
+    experts, its distributed optimizer a further 1/DP of that."""
+    c = model.costs
+    total = rf.all_weight_bytes(c) / c.bytes_per_param
+    if layout is None:
+        return total / max(gpus, 1), total / max(gpus, 1)
+    experts = c.moe_layers * (c.moe_num_experts or 0) * c.moe_expert_bytes / c.bytes_per_param
+    shard = (total - experts) / layout.model_parallel + experts / (layout.model_parallel * layout.ep)
+    return shard, shard / max(layout.dp, 1)
+
+
+def offload_s(model: ThroughputModel, train, gpus: int, layout=None, per_node: int = 1,
+              domain: Optional[int] = None) -> float:
+    """One step's host copies of ``train`` (a TrainShape) on ``gpus`` training GPUs (0 when none is set)."""
+    if not (train.offload_param_copies or train.offload_grad_copies or train.offload_optimizer_copies):
+        return 0.0
+    shard, opt = param_shards(model, gpus, layout)
+    nbytes = rf_rl.offload_bytes(shard, opt, model.costs.bytes_per_param, train.offload_param_copies,
+                                 train.offload_grad_copies, train.offload_optimizer_copies)
+    host = rf_rl.C2C_BYTES_PER_S if domain else rf_rl.HOST_LINK_BYTES_PER_S
+    return rf_rl.host_copy_s(nbytes, min(per_node, gpus), host)
