@@ -413,7 +413,18 @@ def compare(framework: str, placement: str, meas: Measurement, step: dict) -> tu
                         {"fully-async": "the trainer's step: its local updates over the published step's prompts",
                          "one-step-off": "the trainer's step, generation overlapped"}.get(placement, "")))
     if framework == "nemo-rl":
-        skipped.append("gen, logprob, train, sync: NeMo-RL publishes step totals only")
+        # NeMo-RL's GRPO timers (nemo_rl/algorithms/grpo.py): generation ends with vLLM's sleep; the log-prob
+        # timer takes the reference swap; prepare_for_generation holds the refit (wake, weight transfer, the
+        # policy's offload to host memory)
+        add(("timing/train/generation",), ("gen_s",), "ends with the engines' sleep (in the model's sync)")
+        add(("timing/train/policy_and_reference_logprobs",), ("logprob_s",),
+            "the reference swap from host memory is in the model's offload")
+        add(("timing/train/policy_training",), ("train_s",))
+        add(("timing/train/prepare_for_generation",), ("sync_s", "offload_s"),
+            "the refit: engines woken, weights transferred, the policy offloaded; the model's offload also holds "
+            "the reloads and reference swap NeMo-RL times elsewhere")
+        if not out[1:]:
+            skipped.append("gen, logprob, train, sync: this NeMo-RL row publishes the step total only")
         return out, skipped
     if placement == "colocated":
         add(("timing_s/gen",), ("gen_s", "sync_s"), "veRL's gen timer wraps the weight resharding into vLLM, its "

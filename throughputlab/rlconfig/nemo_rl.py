@@ -135,9 +135,12 @@ def _trainer(ctx: Ctx) -> None:
                         "NeMo-RL trains with one of them, set the other to false")
     prec = ctx.str(f"{P}.precision", note="training precision")
     ctx.set("train_dtype", DTYPES.get(prec or "", prec), f"{P}.precision")
+    old_keys = (f"{P}.fsdp_offload_enabled", f"{P}.activation_checkpointing_enabled")  # before dtensor_cfg (v0.3)
     if meg:
         if ctx.has(DT):
             ctx.ignore(DT, "unused: the policy trains with Megatron")
+        for key in filter(ctx.has, old_keys):
+            ctx.ignore(key, "a key of the FSDP path of NeMo-RL v0.3 and before: unused when Megatron trains")
         ctx.set("train_strategy", "megatron", f"{MG}.enabled")
         ctx.int(f"{MG}.tensor_model_parallel_size", "train_tp")
         ctx.int(f"{MG}.pipeline_model_parallel_size", "train_pp")
@@ -170,6 +173,13 @@ def _trainer(ctx: Ctx) -> None:
     off = ctx.bool(f"{DT}.cpu_offload", note="parameters and optimizer state on the CPU between phases")
     ctx.set("param_offload", off, f"{DT}.cpu_offload")
     ctx.set("optimizer_offload", off, f"{DT}.cpu_offload")
+    off = ctx.bool(old_keys[0], note="v0.3: parameters and optimizer state on the CPU between phases")
+    if off is not None:
+        ctx.set("param_offload", off, old_keys[0])
+        ctx.set("optimizer_offload", off, old_keys[0])
+    ac = ctx.bool(old_keys[1], note="v0.3: activation checkpointing of every layer")
+    if ac is not None:
+        ctx.set("activation_checkpointing", "full" if ac else "none", old_keys[1])
     lora = ctx.bool(f"{DT}.lora_cfg.enabled", note="LoRA adapters")
     if lora:
         ctx.int(f"{DT}.lora_cfg.dim", "lora_rank")
