@@ -85,3 +85,19 @@ def test_verl_offload_flags_become_copies(tmp_path):
                                                                            "optimizer_offload": True}}}}
     t = _knobs(tmp_path, cfg)
     assert (t["offload_param_copies"], t["offload_optimizer_copies"]) == (4, 2)
+
+
+def test_nemo_rl_v0_3_fsdp_keys_are_read_or_set_aside(tmp_path):
+    """NeMo-RL v0.3 kept FSDP offload and checkpointing at policy.*: taken on the FSDP path, set aside (with the
+    reason) when Megatron trains."""
+    def rc(policy):
+        p = tmp_path / "v03.yaml"
+        p.write_text(yaml.safe_dump({"grpo": {"num_prompts_per_step": 8, "num_generations_per_prompt": 4},
+                                     "policy": {"train_global_batch_size": 32, "fsdp_offload_enabled": True,
+                                                "activation_checkpointing_enabled": True, **policy}}))
+        return read_run_config(str(p))
+    fsdp = rc({})
+    assert fsdp.param_offload is True and fsdp.activation_checkpointing == "full"
+    meg = rc({"megatron_cfg": {"enabled": True}})
+    assert meg.param_offload is None
+    assert sum("unused when Megatron trains" in str(i) for i in meg.ignored) == 2
