@@ -268,6 +268,8 @@ def _library_inputs(case: dict) -> tuple[dict, dict, list[str], list[str]]:
         wanted.append(("engine", "engine", case["engine"]))
     if case.get("kv_dtype"):
         wanted.append(("kv_dtype", "kv_cache_dtype", case["kv_dtype"]))
+    if case.get("engine_version"):
+        wanted.append(("engine_version", "engine_version", str(case["engine_version"])))
     wanted += [(k, _SETTING_NAMES.get(k, k), v) for k, v in (case.get("settings") or {}).items()]
     kwargs, fields, not_used, notes = {}, {}, [], []
     grouped: dict[str, tuple[type, dict]] = {}

@@ -56,6 +56,7 @@ class EngineOptions(BaseModel):
     kv_cache_gib: Optional[float] = None
     kv_cache_dtype: str = "auto"
     enforce_eager: bool = False
+    engine_version: Optional[str] = None  # vLLM before 0.8 runs its V0 engine: more host time a decode step
     max_num_batched_tokens: Optional[int] = None
     rope_scaling: Optional[str] = None  # TYPE:FACTOR, as vLLM's --hf-overrides '{"rope_scaling": ...}' sets it
 
@@ -64,6 +65,12 @@ class EngineOptions(BaseModel):
             raise UserError(f"--engine {self.engine}: use one of {', '.join(ENGINES)}")
         if self.kv_cache_dtype not in KV_DTYPES:
             raise UserError(f"--kv-cache-dtype {self.kv_cache_dtype}: use auto (the activations' 16 bits) or fp8")
+        if self.engine_version is not None:
+            try:
+                rf.version_tuple(self.engine_version)
+            except ValueError:
+                raise UserError(f"--engine-version {self.engine_version}: give it as MAJOR.MINOR[.PATCH], e.g. "
+                                "0.6.3") from None
         u = self.gpu_memory_utilization
         if u is not None and not 0 < u <= 1:
             raise UserError(f"--gpu-memory-utilization must be a fraction in (0, 1], got {u} (vLLM's default is 0.9)")
@@ -135,7 +142,8 @@ def resolve(opts: EngineOptions, spec: ModelSpec, ds: DatasheetPeak, tp: int, pr
         frac = opts.gpu_memory_utilization
     return rf.EngineSettings(name=name, memory_fraction=frac, max_num_seqs=seqs, max_num_batched_tokens=tokens,
                              max_model_len=max_len, kv_cache_dtype=opts.kv_cache_dtype, kv_cache_gib=opts.kv_cache_gib,
-                             enforce_eager=opts.enforce_eager, block_tokens=rf.BLOCK_TOKENS[name])
+                             enforce_eager=opts.enforce_eager, block_tokens=rf.BLOCK_TOKENS[name],
+                             version=opts.engine_version)
 
 
 def size_kv(settings: rf.EngineSettings, costs: rf.Costs, tp: int, device_bytes: Optional[float]) -> tuple[
@@ -164,6 +172,10 @@ def engine_lines(settings: rf.EngineSettings, kv_tokens: Optional[int], kv_seqs:
     """What the prediction's engine is and what its KV rule gave, for the header and the assumptions."""
     s = settings
     mode = "eager (no CUDA graphs)" if s.enforce_eager else "CUDA graphs"
+    v0 = rf.engine_version_step_s(s.name, s.version)
+    if s.version:
+        mode += (f"; version {s.version}" + (f", its V0 engine: +{v0 * 1e3:.2g} ms of host time a decode step "
+                                              "(roofline.engine.V0_STEP_HOST_S)" if v0 else ""))
     frac = {"vllm": "gpu_memory_utilization", "sglang": "mem_fraction_static",
             "trtllm": "kv_cache_free_gpu_memory_fraction"}[s.name]
     lines = [f"engine: {s.name} ({frac} {s.memory_fraction:g}, max_num_seqs {s.max_num_seqs}, max_num_batched_tokens "

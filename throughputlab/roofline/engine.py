@@ -48,6 +48,14 @@ BLOCK_TOKENS = {"vllm": 16, "sglang": 1, "trtllm": 32}
 # 0.29 ms: PR #1401, Llama-3-8B on H100 at batch 1, 32 layers, 9.28 ms eager with the triton backend
 # against 7.06 ms with graphs (flashinfer: 8.23 against 7.35 ms, 0.26 ms). TRT-LLM taken as vLLM's.
 GRAPH_STEP_S = 0.55e-3
+# vLLM's V0 engine (before 0.8, when V1 became the default) schedules, prepares inputs and samples between
+# device steps instead of overlapping them: 2.4 ms more a decode step. From Qwen2's speed benchmark (vLLM 0.4.2,
+# A100 80GB, batch 1, 2048 tokens; QwenLM/Qwen2 docs/source/benchmark/speed_benchmark.rst): Qwen2-0.5B, 1.5B and
+# 7B at 270.49, 175.55 and 80.45 tokens/s, 3.70, 5.70 and 12.43 ms a step, against this model's CUDA-graph step
+# for the same shapes (1.57, 2.98, 10.04 ms): 2.13, 2.72 and 2.39 ms more; 2.4 taken. (vLLM issue #6854, before
+# multi-step scheduling: "about 4ms of GPU bubble" a decode step, model and batch not stated.)
+V0_STEP_HOST_S = 2.4e-3
+V1_DEFAULT_VERSION = (0, 8)
 EAGER_LAYER_S = {"vllm": 0.80e-3, "sglang": 0.29e-3, "trtllm": 0.80e-3}
 # A weight GEMM of a decode step costs a fixed ~4 us above its bytes' time (onnxruntime issue #32382,
 # H100, M=1 GEMV kernels at decode shapes: 6.3-14 us for 1.6-14 MB, 16-62% of the achievable
@@ -74,6 +82,7 @@ class EngineSettings(BaseModel):
     kv_cache_gib: Optional[float] = None  # measured KV memory per GPU; overrides the rule
     enforce_eager: bool = False
     block_tokens: int = 16
+    version: Optional[str] = None  # the engine's version where it changes the step (vLLM before 0.8: V0)
     kv_rule: str = ""  # the rule (and source) that sized the KV cache, as printed
     kv_cache_bytes_per_gpu: Optional[float] = None  # what the rule gave on one device
 
@@ -176,6 +185,29 @@ def decode_fixed_s(num_layers: int, step_s: float = GRAPH_STEP_S, gemm_floors: b
     The same in eager mode: eager launches do not add to the device's time but bound the step from below
     (:func:`eager_step_s`)."""
     return step_s + (num_layers * GEMMS_PER_LAYER * GEMM_FLOOR_S if gemm_floors else 0.0)
+
+
+def engine_version_step_s(engine: str, version: Optional[str]) -> float:
+    """The host time a decode step adds for an engine version: V0_STEP_HOST_S for vLLM before 0.8 (its V0
+    engine), else 0 (vLLM's V1 engine, SGLang and TensorRT-LLM as the step's fixed cost holds them)."""
+    if engine != "vllm" or not version:
+        return 0.0
+    return V0_STEP_HOST_S if version_tuple(version)[:2] < V1_DEFAULT_VERSION else 0.0
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """'0.6.3.post1' -> (0, 6, 3): the leading numeric components of a version string."""
+    parts = []
+    for p in str(version).strip().lstrip("v").split("."):
+        digits = p[:len(p) - len(p.lstrip("0123456789"))]  # the leading digits: '2rc1' -> '2'
+        if not digits:
+            break
+        parts.append(int(digits))
+        if digits != p:
+            break
+    if not parts:
+        raise ValueError(f"engine version {version!r}: give it as MAJOR.MINOR[.PATCH], e.g. 0.6.3")
+    return tuple(parts)
 
 
 def eager_host_s(num_layers: Optional[int], engine: str = "vllm", enforce_eager: bool = True) -> float:
