@@ -424,7 +424,7 @@ def compare(framework: str, placement: str, meas: Measurement, step: dict) -> tu
             "the refit: engines woken, weights transferred, the policy offloaded; the model's offload also holds "
             "the reloads and reference swap NeMo-RL times elsewhere")
         if not out[1:]:
-            skipped.append("gen, logprob, train, sync: this NeMo-RL row publishes the step total only")
+            skipped.append("gen, logprob, train, sync: NeMo-RL publishes step totals only (this row)")
         return out, skipped
     if placement == "colocated":
         add(("timing_s/gen",), ("gen_s", "sync_s"), "veRL's gen timer wraps the weight resharding into vLLM, its "

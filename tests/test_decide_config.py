@@ -33,7 +33,8 @@ def test_a_nemo_rl_recipe_alone_sets_the_decision(q7_16xh100, tmp_path):
     text, d = _decide(q7_16xh100, "--config", str(NEMO / "grpo-qwen2.5-7b-2n8g-dtensor.yaml"), tmp_path=tmp_path)
     assert "(nemo-rl): " in text and "knobs read" in text
     assert "read: group = 8" in text and "read: cluster.engine_tp = 2" in text
-    assert "not modelled: parameter or optimizer offload" in text  # dtensor cpu_offload
+    # a colocated NeMo-RL step moves the policy to host memory and back: priced, not set aside
+    assert "read: shape.train.offload_param_copies = 5" in text and "host offload" in text
     assert "ignored (" in text
     assert [r["prompts"] for r in d["rows"]] == [64, 128, 256]  # the run's batch, 2x and 4x
     assert d["rows"][0]["step"]["group"] == 8

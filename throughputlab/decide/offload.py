@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Optional
 
-from throughputlab import roofline as rf
 from throughputlab.roofline import rl as rf_rl
 from throughputlab.throughput import ThroughputModel
 
@@ -17,12 +16,10 @@ def param_shards(model: ThroughputModel, gpus: int, layout=None) -> tuple[float,
     """Parameters one training GPU holds, and its share of the optimizer state (in parameters): FSDP shards
     both over every training GPU; Megatron holds 1/(TP x PP) of the dense weights and 1/(TP x PP x EP) of the
     experts, its distributed optimizer a further 1/DP of that."""
-    c = model.costs
-    total = rf.all_weight_bytes(c) / c.bytes_per_param
     if layout is None:
-        return total / max(gpus, 1), total / max(gpus, 1)
-    experts = c.moe_layers * (c.moe_num_experts or 0) * c.moe_expert_bytes / c.bytes_per_param
-    shard = (total - experts) / layout.model_parallel + experts / (layout.model_parallel * layout.ep)
+        shard = rf_rl.param_shard(model.costs, gpus)
+        return shard, shard
+    shard = rf_rl.param_shard(model.costs, layout.model_parallel, layout.ep)
     return shard, shard / max(layout.dp, 1)
 
 

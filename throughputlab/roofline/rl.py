@@ -176,6 +176,14 @@ def offload_bytes(param_shard: float, optimizer_shard: float, param_bytes: int, 
             + optimizer_shard * optimizer_copies * OFFLOAD_OPTIMIZER_BYTES)
 
 
+def param_shard(costs: Costs, model_parallel: int = 1, ep: int = 1) -> float:
+    """Parameters one GPU holds when a model is split ``model_parallel`` ways (FSDP: every GPU; Megatron: TP x
+    PP) and its experts ``ep`` ways further (Megatron's expert parallelism)."""
+    total = all_weight_bytes(costs) / costs.bytes_per_param
+    experts = costs.moe_layers * (costs.moe_num_experts or 0) * costs.moe_expert_bytes / costs.bytes_per_param
+    return (total - experts) / max(model_parallel, 1) + experts / (max(model_parallel, 1) * max(ep, 1))
+
+
 def host_copy_s(bytes_per_gpu: float, gpus_copying: int = 1, host_bytes_per_s: float = HOST_LINK_BYTES_PER_S) -> float:
     """Copying ``bytes_per_gpu`` between a GPU and host memory while ``gpus_copying`` GPUs of the node copy too."""
     return transfer_s(bytes_per_gpu, _host_rate(gpus_copying, host_bytes_per_s)) if bytes_per_gpu > 0 else 0.0
