@@ -51,3 +51,27 @@ def test_cdna3_compute_shares_follow_each_parts_max_achievable_flops():
     assert mi325x.decode_phi / DEFAULT_EFFICIENCIES.decode_phi == pytest.approx(0.645 / 0.73, rel=0.01)
     assert "Max-Achievable FLOPs" in mi300x.source and "708 of 1,307" in mi300x.source
     assert family_of("MI325X") == family_of("MI300X") == "AMD CDNA3"
+
+
+def test_cdna3_all_reduces_follow_rccl_on_xgmi():
+    """MI300X and MI325X take their collectives from RCCL's all_reduce_perf on 8 MI300X, not NVLink's: a 4 MB
+    TP-8 all-reduce (a 70B decode step of 256 sequences) costs 50-70 us as rccl-tests measured (51.7 us), more
+    than the NVLink figures would give on the same 448 GB/s link, and the header says where they come from."""
+    from throughputlab import roofline as rf
+
+    for key in ("MI300X", "MI325X"):
+        e = efficiencies_for(key)
+        assert (e.tp_alpha_s, e.comm_bw) == (rf.XGMI_ALPHA_S, rf.XGMI_COMM_BW) and "RCCL" in e.source
+    link = 448e9
+
+    def ar(e):
+        return rf.tp_allreduce_s(4 * 2**20, 8, e.comm_bw * link, e.tp_alpha_s, e.tp_small_alpha_s,
+                                 e.tp_small_bw_share * link)
+    amd, nvlink_figures = ar(efficiencies_for("MI300X")), ar(DEFAULT_EFFICIENCIES)
+    assert 50e-6 < amd < 70e-6 and amd > 1.3 * nvlink_figures
+    small = rf.tp_allreduce_s(256 * 1024, 8, 0.7 * link, rf.XGMI_ALPHA_S, rf.XGMI_SMALL_ALPHA_S,
+                              rf.XGMI_SMALL_BW_SHARE * link)
+    assert small == pytest.approx(10.26e-6, rel=0.1)  # rccl-tests under graphs: 256 KB in 10.26 us
+    header = next(n for n in predict_analytic(resolve_model("qwen2.5-7b").spec, "mi300x", concurrency=(1,)).notes
+                  if n.startswith("efficiencies from"))
+    assert "tp_alpha_s 56 us" in header and "RCCL" in header

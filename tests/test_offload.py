@@ -101,3 +101,28 @@ def test_nemo_rl_v0_3_fsdp_keys_are_read_or_set_aside(tmp_path):
     meg = rc({"megatron_cfg": {"enabled": True}})
     assert meg.param_offload is None
     assert sum("unused when Megatron trains" in str(i) for i in meg.ignored) == 2
+
+
+def test_the_host_link_is_the_devices(tmp_path):
+    """Hopper hosts copy over PCIe Gen5 (twice Gen4), A100s over Gen4, GB200 over NVLink-C2C: the same offload
+    takes half as long on an H100 as on an A100, the bytes being equal."""
+    from throughputlab.decide.cluster import Placement
+    from throughputlab.records.peaks import PCIE_GEN4_BYTES_PER_S, PCIE_GEN5_BYTES_PER_S, host_link
+
+    assert host_link("H100 SXM", rfl.C2C_BYTES_PER_S)[0] == PCIE_GEN5_BYTES_PER_S == 2 * PCIE_GEN4_BYTES_PER_S
+    assert host_link("A100 80GB SXM", rfl.C2C_BYTES_PER_S)[0] == PCIE_GEN4_BYTES_PER_S
+    assert host_link("GB200", rfl.C2C_BYTES_PER_S)[0] == rfl.C2C_BYTES_PER_S
+    pl = dict(kind="colocated", gpus=8, gen_gpus=8, train_gpus=8, tp=1)
+    assert Placement(**pl).host_rate == rfl.HOST_LINK_BYTES_PER_S
+    assert Placement(**pl, domain=72).host_rate == rfl.C2C_BYTES_PER_S
+    assert Placement(**pl, host_bytes_per_s=PCIE_GEN5_BYTES_PER_S).host_rate == PCIE_GEN5_BYTES_PER_S
+
+    def offload(device):
+        path = tmp_path / f"{device}.json"
+        predict_analytic(resolve_model("qwen2.5-7b").spec, device, layout=Layout(gpus=8)).save(path)
+        train = {**SHAPE["train"], "offload_param_copies": 4, "offload_optimizer_copies": 2}
+        spec = DecideSpec.model_validate({"profile": str(path), "prompts": [64], "group": 8,
+                                          "shape": {**SHAPE, "train": train}, "cluster": {"gpus": 8}})
+        return decide_from_spec(spec)[0].rows[0].step.offload_s
+    h100, a100 = offload("h100"), offload("a100-80gb")
+    assert a100 > 0 and h100 == pytest.approx(a100 / 2, rel=1e-6)

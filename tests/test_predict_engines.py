@@ -174,6 +174,17 @@ def test_eager_mode_bounds_the_step_by_the_hosts_launches():
     assert eager.decode_step_s(1, 100) > 3 * graphs.decode_step_s(1, 100)  # several-fold for a small model
 
 
+def test_an_moe_layer_pays_the_fused_expert_paths_floor():
+    """Each MoE layer adds MOE_LAYER_FLOOR_S to the decode step's fixed cost (the fused path's ~28 us against
+    the dense MLP's 8 us of GEMM floors): Qwen3-30B-A3B's 48 MoE layers, 0.96 ms a step; a dense model none."""
+    assert rf.decode_fixed_s(48, moe_layers=48) - rf.decode_fixed_s(48) == pytest.approx(48 * rf.MOE_LAYER_FLOOR_S)
+    assert rf.decode_fixed_s(48, gemm_floors=False, moe_layers=48) == rf.GRAPH_STEP_S  # measured: already inside
+    moe = resolve_model("qwen3-30b-a3b").spec
+    m = load_model(predict_analytic(moe, "h100", concurrency=(1,)))
+    assert m.decode.t0_s == pytest.approx(rf.decode_fixed_s(moe.num_layers, moe_layers=moe.moe.moe_layers))
+    assert moe.moe.moe_layers == 48 and m.decode.t0_s > rf.decode_fixed_s(moe.num_layers) + 0.9e-3
+
+
 def test_the_chunked_prefill_budget_splits_the_prefill():
     spec = resolve_model("qwen2.5-7b").spec
     big = load_model(predict_analytic(spec, "h100", concurrency=(1,), engine=EngineOptions(max_num_batched_tokens=65536)))

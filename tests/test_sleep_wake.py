@@ -10,6 +10,7 @@ from throughputlab.decide.calculator import DecideSpec, decide_from_spec
 from throughputlab.fit import load_model
 from throughputlab.models import resolve_model
 from throughputlab.predict import Layout, predict_analytic
+from throughputlab.records.peaks import PCIE_GEN5_BYTES_PER_S
 from throughputlab.records.profile import Profile
 from throughputlab.roofline import rl
 
@@ -51,9 +52,12 @@ def _sync(profile, **cluster):
 def test_decide_charges_sleep_and_wake_on_colocated_engines_only(q7_8xh100):
     colo, none = _sync(q7_8xh100), _sync(q7_8xh100, sleep_wake_s=0.0)
     w = rf.all_weight_bytes(load_model(Profile.load(q7_8xh100)).costs)
-    # 8 engines of TP 1 on one node: each GPU offloads and reloads the whole model, two GPUs to a host link
-    assert colo - none == pytest.approx(rl.sleep_wake_s(w, 1, 8), rel=1e-9)
-    assert colo - none > 2 * w / (rl.HOST_LINK_BYTES_PER_S * rl.HOST_COPY_EFFICIENCY)
+    # 8 engines of TP 1 on one node: each GPU offloads and reloads the whole model, two GPUs to a host link,
+    # the H100's PCIe Gen5 (records.peaks.host_link)
+    gen5 = PCIE_GEN5_BYTES_PER_S
+    assert colo - none == pytest.approx(rl.sleep_wake_s(w, 1, 8, gen5), rel=1e-9)
+    assert colo - none > 2 * w / (gen5 * rl.HOST_COPY_EFFICIENCY)
+    assert colo - none < rl.sleep_wake_s(w, 1, 8)  # at Gen4's rate it would take longer
     split = _sync(q7_8xh100, placement="split", gen_gpus=4)
     assert split == _sync(q7_8xh100, placement="split", gen_gpus=4, sleep_wake_s=0.0)
 
@@ -65,7 +69,8 @@ def test_sleep_level_two_moves_no_weights_over_the_host_link(q7_8xh100):
                       _sync(q7_8xh100, sleep_wake_s=0.0))
     w = rf.all_weight_bytes(load_model(Profile.load(q7_8xh100)).costs)
     assert two - none == pytest.approx(rl.sleep_wake_s(w, 2, 8), rel=1e-9)
+    gen5 = PCIE_GEN5_BYTES_PER_S
     assert one == _sync(q7_8xh100) and one - two == pytest.approx(
-        rl.sleep_wake_s(w, 1, 8) - rl.sleep_wake_s(w, 2, 8), rel=1e-9)
+        rl.sleep_wake_s(w, 1, 8, gen5) - rl.sleep_wake_s(w, 2, 8, gen5), rel=1e-9)
     with pytest.raises(ValueError, match="sleep_level"):
         _sync(q7_8xh100, sleep_level=3)

@@ -70,7 +70,7 @@ class Efficiencies(BaseModel):
         if self.decode_t_seq_s:
             lines.append(f"per-sequence cost of a decode step: {self.decode_t_seq_s * 1e3:.3g} ms")
         lines.append(f"collectives: {self.comm_bw:.0%} of the link bandwidth, latency {self.tp_alpha_s * 1e6:.3g} us "
-                     f"(tensor parallel, large; NVLink small tensors {self.tp_small_alpha_s * 1e6:.3g} us at "
+                     f"(tensor parallel, large; small tensors on NVLink or xGMI {self.tp_small_alpha_s * 1e6:.3g} us at "
                      f"{self.tp_small_bw_share:.0%} of the link; PCIe {rf.TP_PCIE_ALPHA_S * 1e6:.3g} us) and "
                      f"{self.fsdp_alpha_s * 1e6:.3g} us (FSDP), "
                      + (f"{self.fsdp_hidden:.0%} of FSDP's traffic hidden" if self.fsdp_hidden is not None else
@@ -90,6 +90,10 @@ DEFAULT_EFFICIENCIES = Efficiencies()
 # stated defaults and says so. Fields not named keep DEFAULT_EFFICIENCIES' values.
 _CDNA3_BW = ("ScalarLM's MI300X memcpy benchmark (scalarlm.ghost.io/blog/scalarlm-benchmarking-mi300x-memcpy): copies "
              "over 10 MB level off at 2.0-3.0 TB/s of 5.3; taken at the top, 3.0 TB/s")
+_XGMI = {"tp_small_alpha_s": rf.XGMI_SMALL_ALPHA_S, "tp_small_bw_share": rf.XGMI_SMALL_BW_SHARE,
+         "tp_alpha_s": rf.XGMI_ALPHA_S, "comm_bw": rf.XGMI_COMM_BW}
+_XGMI_SRC = ("collectives from RCCL's all_reduce_perf on 8 MI300X (rocm.blogs.amd.com, MI300X RCCL xGMI, Mar 2025): "
+             "small tensors 7.2 us + 150 GB/s bus bandwidth, large 56 us + 315 GB/s")
 _CDNA3_MAF = "FLOP/s shares from AMD's max-achievable FLOPs (rocm.blogs.amd.com, Measuring Max-Achievable FLOPs Part 2): "
 _FAMILY_ROWS: list[tuple[str, tuple[str, ...], Optional[str], dict[str, float], str]] = [
     ("NVIDIA Hopper", ("H100 SXM", "H100 PCIe", "H100 NVL", "H200", "H20", "H800 SXM", "H800 PCIe"), None,
@@ -109,11 +113,12 @@ _FAMILY_ROWS: list[tuple[str, tuple[str, ...], Optional[str], dict[str, float], 
     # H100's 989 (73%; SemiAnalysis, "MI300X vs H100 vs H200 Benchmark Part 1: Training", Dec 2024): the CDNA3
     # shares are the stated ones x 0.54/0.73 = 0.74 (MI300X) and x 0.645/0.73 = 0.88 (MI325X), BF16's figure.
     ("AMD CDNA3", ("MI300X",), None,
-     {"decode_bw": 0.57, "decode_phi": 0.50 * 0.74, "prefill_phi": 0.60 * 0.74}, _CDNA3_BW + "; " + _CDNA3_MAF
-     + "MI300X BF16 708 of 1,307 TFLOP/s, 54%, against about 73% on H100 (SemiAnalysis, Dec 2024): x 0.74"),
+     {"decode_bw": 0.57, "decode_phi": 0.50 * 0.74, "prefill_phi": 0.60 * 0.74, **_XGMI}, _CDNA3_BW + "; " + _CDNA3_MAF
+     + "MI300X BF16 708 of 1,307 TFLOP/s, 54%, against about 73% on H100 (SemiAnalysis, Dec 2024): x 0.74; " + _XGMI_SRC),
     ("AMD CDNA3", ("MI325X",), None,
-     {"decode_bw": 0.57, "decode_phi": 0.50 * 0.88, "prefill_phi": 0.60 * 0.88}, _CDNA3_BW + "; " + _CDNA3_MAF
-     + "MI325X BF16 843 of 1,307 TFLOP/s, 64.5%, against about 73% on H100 (SemiAnalysis, Dec 2024): x 0.88"),
+     {"decode_bw": 0.57, "decode_phi": 0.50 * 0.88, "prefill_phi": 0.60 * 0.88, **_XGMI}, _CDNA3_BW + "; " + _CDNA3_MAF
+     + "MI325X BF16 843 of 1,307 TFLOP/s, 64.5%, against about 73% on H100 (SemiAnalysis, Dec 2024): x 0.88; "
+     + _XGMI_SRC + " (the MI300X's, same links)"),
 ]
 
 
@@ -134,7 +139,7 @@ def efficiencies_for(device_key: str, engine: Optional[str] = None) -> Efficienc
     if not values:
         return DEFAULT_EFFICIENCIES.model_copy(update={"source": f"{DEFAULT_EFFICIENCIES.source}; {row}: no "
                                                        "published measurement found, so the generic defaults"})
-    shown = ", ".join(f"{k} {v:.0%}" for k, v in values.items())
+    shown = ", ".join(f"{k} {v * 1e6:.3g} us" if k.endswith("_s") else f"{k} {v:.0%}" for k, v in values.items())
     return DEFAULT_EFFICIENCIES.model_copy(update={**values, "source": f"stated defaults, {row}: {shown} from {src}"})
 
 

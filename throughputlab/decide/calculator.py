@@ -20,6 +20,7 @@ from throughputlab.decide.cluster import (
     Placement,
     cross_node_note,
     domain_note,
+    host_link_rate,
     kv_tokens_from_gib,
     layout_notes,
     link_domain,
@@ -175,7 +176,7 @@ def decide_from_spec(spec: DecideSpec, adjust_step=None) -> list[Decision]:
                         "GPUs are one colocated cluster: use --placement split (with --gen-gpus)")
     if legacy:
         one = decide(spec, model, train_model=train_model, bytes_per_param=prof.bytes_per_param, caps=caps,
-                     adjust_step=adjust_step, device=prof.hardware.device_name)
+                     adjust_step=adjust_step, device=getattr(prof.hardware, "device_name", None))
         one.notes.extend(profile_notes(prof, fit))
         return [one]
     cluster = cluster or ClusterSpec()
@@ -186,13 +187,13 @@ def decide_from_spec(spec: DecideSpec, adjust_step=None) -> list[Decision]:
                                            spec.shape.train.activation_checkpointing)
     decisions, left_out = [], []
     domain, domain_source = link_domain(prof.hardware)
-    candidates = placements(model, cluster, domain)
+    candidates = placements(model, cluster, domain, host_link_rate(prof.hardware)[0])
     for pl in candidates:
         try:
             decisions.append(decide(spec, model, train_model=train_model, bytes_per_param=prof.bytes_per_param,
                                     caps=caps, placement=pl, cluster=cluster, activation_per_sequence=act,
                                     on_gpu=prof.hardware.device_type == "cuda", adjust_step=adjust_step,
-                                    device=prof.hardware.device_name))
+                                    device=getattr(prof.hardware, "device_name", None)))
         except UserError as err:
             if cluster.placement != "search":
                 raise

@@ -66,6 +66,15 @@ class Placement(Record):
     tp: int
     nodes: int = 1
     domain: Optional[int] = None  # GPUs in one NVLink domain (GB200 NVL72: 72); None: the node
+    host_bytes_per_s: Optional[float] = None  # the device's host link each way (records.peaks.host_link); None: Gen4
+
+    @property
+    def host_rate(self) -> float:
+        """The host link sleep, wake and offload copy over: the device's, else NVLink-C2C in a domain beyond the
+        node (GB200 NVL72's Grace hosts), else PCIe Gen4."""
+        if self.host_bytes_per_s:
+            return self.host_bytes_per_s
+        return rf_rl.C2C_BYTES_PER_S if self.domain else rf_rl.HOST_LINK_BYTES_PER_S
 
     @property
     def engines(self) -> int:
@@ -122,9 +131,10 @@ def device_memory(model: ThroughputModel) -> Optional[float]:
     return model.train.device_memory_bytes if model.train is not None else None
 
 
-def placements(model: ThroughputModel, spec: ClusterSpec, domain: Optional[int] = None) -> list[Placement]:
+def placements(model: ThroughputModel, spec: ClusterSpec, domain: Optional[int] = None,
+               host_bytes_per_s: Optional[float] = None) -> list[Placement]:
     """The placements to evaluate: the one asked for, or every one that fits (``search``); ``domain``: GPUs
-    in one NVLink domain of the device (link_domain)."""
+    in one NVLink domain of the device (link_domain); ``host_bytes_per_s``: its host link (host_link_rate)."""
     measured_tp = model.tp if model.source != "fit" else max(model.tp, 1)
     gpus = spec.gpus if spec.gpus is not None else max(model.train_devices, measured_tp)
     nodes = spec.nodes
@@ -165,7 +175,7 @@ def placements(model: ThroughputModel, spec: ClusterSpec, domain: Optional[int] 
                 continue
             if kind == "colocated":
                 out.append(Placement(kind=kind, gpus=gpus, gen_gpus=gpus, train_gpus=gpus, tp=tp, nodes=nodes,
-                                     domain=domain))
+                                     domain=domain, host_bytes_per_s=host_bytes_per_s))
                 continue
             gens = [spec.gen_gpus] if spec.gen_gpus is not None else range(tp, gpus, tp)
             for g in gens:
@@ -177,7 +187,7 @@ def placements(model: ThroughputModel, spec: ClusterSpec, domain: Optional[int] 
                         raise UserError(f"--gen-gpus {g} is not a multiple of the engine size {tp}")
                     continue
                 out.append(Placement(kind=kind, gpus=gpus, gen_gpus=g, train_gpus=gpus - g, tp=tp, nodes=nodes,
-                                     domain=domain))
+                                     domain=domain, host_bytes_per_s=host_bytes_per_s))
     if not out:
         if spec.placement == "split" and gpus < 2:
             raise UserError("--placement split needs at least 2 GPUs (--gpus): one generates, one trains")
@@ -322,9 +332,7 @@ def sync_s(model: ThroughputModel, pl: Placement, spec: ClusterSpec, link_bytes_
                             "shape.sync.bytes_per_s (bytes/s) in the RL shape file")
         move = rf.transfer_s(w, rate)
     sleep = spec.sleep_wake_s if spec.sleep_wake_s is not None else (
-        rf_rl.sleep_wake_s(w / max(pl.tp, 1), spec.sleep_level, pl.per_node,
-                           # a domain beyond the node: GB200 NVL72, whose Grace hosts sit on NVLink-C2C
-                           rf_rl.C2C_BYTES_PER_S if pl.domain else rf_rl.HOST_LINK_BYTES_PER_S)
+        rf_rl.sleep_wake_s(w / max(pl.tp, 1), spec.sleep_level, pl.per_node, pl.host_rate)
         if pl.kind == "colocated" and on_gpu else 0.0)
     return float(latency_s + gather + move + sleep)
 
@@ -359,6 +367,19 @@ def link_domain(hardware) -> tuple[Optional[int], str]:
         return None, "no datasheet row: the node"
     domain, node, source = nvlink_domain(ds.device)
     return (domain if domain and node and domain > node else None), source
+
+
+def host_link_rate(hardware) -> tuple[Optional[float], str]:
+    """A profile's device's host link each way per GPU (records.peaks.host_link) and its source; None where the
+    profile names no GPU with a datasheet row (the placement's default then)."""
+    from throughputlab.records.peaks import host_link, lookup
+
+    if getattr(hardware, "device_type", None) != "cuda":
+        return None, "not a GPU"
+    ds = getattr(hardware, "datasheet", None) or lookup(getattr(hardware, "device_name", "") or "")
+    if ds is None:
+        return None, "no datasheet row: PCIe Gen4 x16 assumed"
+    return host_link(ds.device, rf_rl.C2C_BYTES_PER_S)
 
 
 def domain_note(pl: Placement, source: str) -> Optional[str]:

@@ -24,12 +24,13 @@ def param_shards(model: ThroughputModel, gpus: int, layout=None) -> tuple[float,
 
 
 def offload_s(model: ThroughputModel, train, gpus: int, layout=None, per_node: int = 1,
-              domain: Optional[int] = None) -> float:
-    """One step's host copies of ``train`` (a TrainShape) on ``gpus`` training GPUs (0 when none is set)."""
+              host_bytes_per_s: Optional[float] = None) -> float:
+    """One step's host copies of ``train`` (a TrainShape) on ``gpus`` training GPUs (0 when none is set), over
+    ``host_bytes_per_s`` (the placement's host link, Placement.host_rate; without one, PCIe Gen4)."""
     if not (train.offload_param_copies or train.offload_grad_copies or train.offload_optimizer_copies):
         return 0.0
     shard, opt = param_shards(model, gpus, layout)
     nbytes = rf_rl.offload_bytes(shard, opt, model.costs.bytes_per_param, train.offload_param_copies,
                                  train.offload_grad_copies, train.offload_optimizer_copies)
-    host = rf_rl.C2C_BYTES_PER_S if domain else rf_rl.HOST_LINK_BYTES_PER_S
+    host = host_bytes_per_s or rf_rl.HOST_LINK_BYTES_PER_S
     return rf_rl.host_copy_s(nbytes, min(per_node, gpus), host)

@@ -169,7 +169,7 @@ class StepModel:
             self.layout = _RatedLayout(**self.layout.model_dump(), rate_note=self.train_rate_note)
         self.sync_s = self._sync_s()
         self.offload_s = offload_s(self.train_model, tr, placement.train_gpus if placement is not None else 1,
-                                   self.layout, placement.per_node if placement else 1, placement and placement.domain)
+                                   self.layout, placement.per_node if placement else 1, placement and placement.host_rate)
         self.overlapped = shape.overlap == "off-policy" or (placement is not None and placement.kind == "split"
                                                             and shape.overlap != "separate")
         # k steps of slack: the engines' queue holds k steps' samples (docs/model.md, "k steps off")

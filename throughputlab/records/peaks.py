@@ -128,6 +128,28 @@ INTER_NODE_BYTES_PER_S = 50 * G  # one 400 Gb/s InfiniBand or RoCE NIC per GPU, 
 PCIE_GEN4_BYTES_PER_S = 32 * G  # devices without a row: PCIe Gen4 x16
 
 
+# The host link, GPU to host memory, each way per GPU: what vLLM's sleep mode and training offload copy over
+# (roofline.rl prices the copies at its HOST_COPY_EFFICIENCY). Hopper and Blackwell HGX hosts are PCIe Gen5 x16:
+# nvbandwidth on Azure ND H100 v5 and ND H200 v5 (8 GPUs, Xeon 8480C) measures 51-52 GB/s each way for one GPU
+# (github.com/Azure/AI-benchmarking-guide, Azure_Results/ND_H100_v5_results.md @ ae0b6a7, ND_H200_v5 @ 7f20e5f),
+# against 25-26 GB/s on A100 (Gen4; ND_A100_v4 @ 3bb66ca, NVIDIA/nvbandwidth issue #42). GB200: the Grace CPU on
+# NVLink-C2C (roofline.rl.C2C_BYTES_PER_S). Devices without a row: PCIe Gen4 x16.
+PCIE_GEN5_BYTES_PER_S = 64 * G
+_GEN5_HOSTS = ("H100 SXM", "H100 NVL", "H100 PCIe", "H200", "H20", "H800 SXM", "H800 PCIe", "B200")
+_HOST_SOURCE = ("PCIe Gen5 x16, 64 GB/s each way (nvbandwidth on Azure ND H100 v5 / H200 v5: 51-52 GB/s for one "
+                "GPU, Azure/AI-benchmarking-guide)")
+
+
+def host_link(device_key: str, c2c_bytes_per_s: float) -> tuple[float, str]:
+    """The GPU-to-host link of a datasheet row (bytes/s each way per GPU) and its source: NVLink-C2C on GB200
+    (``c2c_bytes_per_s``, the roofline's figure), PCIe Gen5 x16 on Hopper and Blackwell HGX, else Gen4 x16."""
+    if device_key == "GB200":
+        return c2c_bytes_per_s, "GB200: NVLink-C2C to the Grace CPU"
+    if device_key in _GEN5_HOSTS:
+        return PCIE_GEN5_BYTES_PER_S, f"{device_key}: {_HOST_SOURCE}"
+    return PCIE_GEN4_BYTES_PER_S, f"{device_key}: PCIe Gen4 x16, 32 GB/s each way"
+
+
 def link_bandwidth(device_key: str) -> tuple[float, str]:
     """Intra-node link bandwidth per GPU (bytes/s, one direction) and where the figure comes from."""
     if device_key in _LINKS:

@@ -25,6 +25,17 @@ TP_SMALL_ALPHA_S = 6e-6
 TP_SMALL_BW_SHARE = 0.44
 TP_NVLINK_ALPHA_S = 17e-6
 TP_PCIE_ALPHA_S = 50e-6
+# AMD Infinity Fabric (xGMI, 8 x MI300X), RCCL as published by AMD (rocm.blogs.amd.com, "MI300X RCCL xGMI",
+#   2 Mar 2025; RCCL 2.22.3, ROCm 6.3, rccl-tests all_reduce_perf on 8 GPUs, float). Small tensors, run under
+#   graphs (-G 1): 256 KB 10.26 us, 512 KB 14.26, 1 MB 19.40, 2 MB 35.0: a line of alpha 7.2 us and 150 GB/s
+#   bus bandwidth, 0.335 of the 448 GB/s link (vLLM's ROCm custom all-reduce serves these sizes; no TP-8 table of
+#   its own was found, so RCCL's). Large tensors: 16 MB 148.8 us, 64 MB 429.1, 256 MB 1,537 (305.6 GB/s), 1 GB
+#   (314.7): 315 GB/s, 0.70 of the link, with alpha 56 us (the 16 and 64 MB points). The MI325X has the same
+#   links; no rccl-tests table of its own was found, so the MI300X's figures stand for it.
+XGMI_SMALL_ALPHA_S = 7.2e-6
+XGMI_SMALL_BW_SHARE = 0.335
+XGMI_ALPHA_S = 56e-6
+XGMI_COMM_BW = 0.70
 
 
 def bus_factor(op: str, n: int) -> float:

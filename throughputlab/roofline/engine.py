@@ -64,6 +64,14 @@ EAGER_LAYER_S = {"vllm": 0.80e-3, "sglang": 0.29e-3, "trtllm": 0.80e-3}
 # batch-1 GEMV over two GPUs drops each card's DRAM utilisation from 66% to 43%).
 GEMM_FLOOR_S = 4e-6
 GEMMS_PER_LAYER = 4
+# An MoE layer's fused expert path (router top-k, token sort and align, two grouped GEMMs, the weighted sum)
+# costs a fixed ~28 us a step above its bytes' time, where the dense MLP's two GEMM floors are 8 us: 20 us
+# more per MoE layer. From vLLM's fused_moe microbenchmarks under CUDA graphs (benchmark_moe.py, uniform
+# routing): Qwen3-30B-A3B shape (128 experts, top 8, 2048 x 768) FP8 on H100, 40.4 us at 1 token (37.7 MB of
+# experts) and 237.3 us at 64 (594 MB), both 27-29 us + bytes at 85% of 3.35 TB/s (vLLM PR #24700); Mixtral
+# (8 experts, top 2, TP 2) bf16 on H100, 144 us at 1 token for 352 MB (same line: 152); Qwen3-30B-A3B bf16 on an
+# A100 PCIe 40GB, 917 us at 64 tokens for 1,188 MB (vLLM PR #19049: the line gives 928).
+MOE_LAYER_FLOOR_S = 20e-6
 
 Engine = Literal["vllm", "sglang", "trtllm"]
 KVDtype = Literal["auto", "fp8"]
@@ -178,13 +186,16 @@ def admission_bound(concurrency: int, kv_seqs: Optional[int], max_num_seqs: Opti
 # ---------------------------------------------------------------- fixed costs of a decode step
 
 
-def decode_fixed_s(num_layers: int, step_s: float = GRAPH_STEP_S, gemm_floors: bool = True) -> float:
+def decode_fixed_s(num_layers: int, step_s: float = GRAPH_STEP_S, gemm_floors: bool = True,
+                   moe_layers: int = 0) -> float:
     """A decode step's fixed device cost: the step's own (scheduling, sampling, graph launch) and the
     weight GEMMs' floors (GEMMS_PER_LAYER x GEMM_FLOOR_S per layer, the same on a 1/TP shard: modelled as
-    a per-layer per-step fixed cost; ``gemm_floors=False`` when ``step_s`` was measured with them inside).
+    a per-layer per-step fixed cost; ``gemm_floors=False`` when ``step_s`` was measured with them inside),
+    and MOE_LAYER_FLOOR_S more for each of ``moe_layers`` MoE layers (the fused expert path's own).
     The same in eager mode: eager launches do not add to the device's time but bound the step from below
     (:func:`eager_step_s`)."""
-    return step_s + (num_layers * GEMMS_PER_LAYER * GEMM_FLOOR_S if gemm_floors else 0.0)
+    return step_s + (num_layers * GEMMS_PER_LAYER * GEMM_FLOOR_S + moe_layers * MOE_LAYER_FLOOR_S
+                     if gemm_floors else 0.0)
 
 
 def engine_version_step_s(engine: str, version: Optional[str]) -> float:

@@ -114,9 +114,11 @@ def cross_node_tp_link(intra_bytes_per_s: float, intra_alpha_s: float, tp: int, 
 # (61 GB) 2.78 / 2.87 s, Qwen3-235B-A22B FP8 at TP 4 (59 GB a GPU) 5.89 / 5.41 s. Least squares over the four,
 # both directions at one rate: 21.6 GB/s a direction (0.675 of PCIe Gen4 x16's 32 GB/s) and 0.28 s fixed
 # (0.12 sleep, 0.16 wake). The TP-4 row moves its 59 GB at half the one-GPU rate: read as two GPUs behind one
-# PCIe switch uplink, as on HGX baseboards, when they copy at once. Not from the blog: Gen5 hosts (Hopper)
-# are taken at the Gen4 rate, an upper bound; a Grace host (GB200) at its NVLink-C2C rate, same efficiency.
-HOST_LINK_BYTES_PER_S = 32e9  # PCIe Gen4 x16, each way
+# PCIe switch uplink, as on HGX baseboards, when they copy at once. Not from the blog: Gen5 hosts (Hopper,
+# Blackwell HGX; records.peaks.host_link) at 64 GB/s, and a Grace host (GB200) at its NVLink-C2C rate, both at
+# the same efficiency (nvbandwidth's one-GPU copies: 25-26 GB/s on A100, 51-52 on H100 and H200, both about
+# 0.8 of the link, so the blog's 0.675 carries over as 43 GB/s on Gen5).
+HOST_LINK_BYTES_PER_S = 32e9  # PCIe Gen4 x16, each way: devices without a host-link row
 C2C_BYTES_PER_S = 450e9  # GB200: NVLink-C2C, 900 GB/s both directions between a Grace CPU and its two GPUs
 HOST_COPY_EFFICIENCY = 0.675
 GPUS_PER_HOST_LINK = 2
