@@ -2,6 +2,7 @@
 command, refusals before launch, the records, sharding helpers on a plain model."""
 
 import json
+import os
 
 import pytest
 import torch
@@ -11,6 +12,7 @@ from throughputlab.distributed.launch import check_run, torchrun_command
 from throughputlab.distributed.trainer import FAIL_ENV, Fault, loss_weight, split_batch
 from throughputlab.errors import UserError
 from throughputlab.records.distributed import (
+    IN_FLIGHT,
     DistributedPoint,
     DistributedSpec,
     RankPhases,
@@ -109,3 +111,42 @@ def test_decoder_blocks_and_bytes_of_a_plain_model():
     n_params = len(list(model.parameters()))
     assert optimizer_state_bytes(opt) == 2 * param_bytes(model) + 4 * n_params  # exp_avg, exp_avg_sq, step
     assert local_bytes([None, torch.zeros(3, dtype=torch.bfloat16)]) == 6
+
+
+class _Events:
+    def __init__(self):
+        self.events = []
+
+    def point_started(self, kind, x):
+        self.events.append(("started", x))
+
+    def point_finished(self, point, resumed=False):
+        self.events.append(("finished", getattr(point, "concurrency", None) or point.micro_batch, resumed))
+
+
+def test_a_point_measured_between_two_polls_is_still_reported_started_then_finished(tmp_path):
+    """The ranks may write a point in flight and then finished before the launcher's next look at the
+    profile: the progress hooks must still see it start, once, before it finishes."""
+    from tests._synth import make_profile
+    from throughputlab.distributed import launch, replicas
+
+    path = tmp_path / "p.json"
+    prof = make_profile(concurrencies=(1, 2), micro_batches=(1, 2))
+    gen, train = prof.generation, prof.training
+    # generation: point 1 seen in flight, then both finished in one write (point 2 was never seen in flight)
+    hooks = _Events()
+    watch = replicas._Watch(path, hooks, resume=False)
+    flight = gen[0].model_copy(update={"status": "error", "error": IN_FLIGHT, "samples": []})
+    prof.model_copy(update={"generation": [flight], "training": []}).save(path)
+    watch.poll()
+    os.utime(path, ns=(1, 1))
+    prof.model_copy(update={"generation": gen, "training": []}).save(path)
+    watch.poll()
+    assert hooks.events == [("started", 1), ("finished", 1, False), ("started", 2), ("finished", 2, False)]
+    # training under torchrun: a finished point with no in-flight record seen
+    hooks = _Events()
+    watch = launch._Watch(path, hooks, resume=False)
+    train = [p.model_copy(update={"backend": launch.BACKEND_NAME}) for p in train]
+    prof.model_copy(update={"generation": [], "training": train}).save(path)
+    watch.poll()
+    assert hooks.events == [("started", 1), ("finished", 1, False), ("started", 2), ("finished", 2, False)]

@@ -231,6 +231,7 @@ class _Watch:
         self.seen: dict[tuple, tuple] = {}
         self.mtimes: dict[Path, float] = {}
         self.in_flight: Optional[tuple] = None
+        self.announced: set = set()  # (micro-batch, seq_len) started and not yet finished
         if output is not None and resume:
             for p in self._points() or []:
                 self.seen[p.key] = _signature(p)
@@ -263,7 +264,7 @@ class _Watch:
                 flight = None
             now = (flight.micro_batch, flight.started_at) if flight is not None else None
             if now is not None and now != self.in_flight:
-                self.hooks.point_started("training", flight.micro_batch)
+                self._start(flight.micro_batch, flight.seq_len)
             self.in_flight = now
         if self._changed(self.output):
             for p in self._points() or []:
@@ -271,7 +272,14 @@ class _Watch:
                 if self.seen.get(p.key) != sig:
                     self.seen[p.key] = sig
                     if not (p.status == "error" and p.error == IN_FLIGHT):
+                        self._start(p.micro_batch, p.seq_len)  # measured between two polls: never seen in flight
+                        self.announced.discard((p.micro_batch, p.seq_len))
                         self.hooks.point_finished(p, False)
+
+    def _start(self, micro_batch: int, seq_len: int) -> None:
+        if (micro_batch, seq_len) not in self.announced:
+            self.announced.add((micro_batch, seq_len))
+            self.hooks.point_started("training", micro_batch)
 
 
 def _signature(p) -> tuple:

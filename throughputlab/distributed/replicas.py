@@ -123,6 +123,7 @@ class _Watch:
     def __init__(self, output: Path, hooks: Hooks, resume: bool):
         self.output, self.hooks = output, hooks
         self.seen: dict[tuple, tuple] = {}
+        self.announced: set = set()  # points whose start was reported and whose finish was not yet
         self.mtime: Optional[int] = None
         if resume:
             for p in self._points():
@@ -150,6 +151,13 @@ class _Watch:
                 continue
             self.seen[p.key] = sig
             if p.status == "error" and p.error == IN_FLIGHT:
-                self.hooks.point_started("generation", p.concurrency)
+                self._start(p)
             else:
+                self._start(p)  # a point measured between two polls was never seen in flight
+                self.announced.discard(p.key)
                 self.hooks.point_finished(p, False)
+
+    def _start(self, p) -> None:
+        if p.key not in self.announced:
+            self.announced.add(p.key)
+            self.hooks.point_started("generation", p.concurrency)
