@@ -300,6 +300,14 @@ def _profile(spec, device: str, dtype: str, layout: Layout, tmp: Path) -> str:
     return str(out)
 
 
+def _stated(rc, field: str):
+    """``rc``'s field where the config states it; None where it is the framework's default for a key the
+    (partial) config leaves out: a published run's own figures are not the framework's defaults."""
+    if any(k.note.startswith(f"{field} = ") and "not set" in k.note for k in rc.read):
+        return None
+    return getattr(rc, field)
+
+
 def predict_row(run: Run, meas: Measurement, tmp: Path, capped: bool) -> Row:
     """Predict one published measurement; every failure becomes the row's reason."""
     primary = run.framework != "nemo-rl" or meas is _primary(run)
@@ -308,7 +316,10 @@ def predict_row(run: Run, meas: Measurement, tmp: Path, capped: bool) -> Row:
     cfg, row.notes = _config_for(run, meas)
     try:
         rc = read_run_config(cfg)
-        base, row.config_lines = runconfig.read(str(cfg))
+        base, row.config_lines, _ = runconfig.read(str(cfg))
+        if not run.config_complete and _stated(rc, "reference") is None:
+            # a partial config that leaves the KL keys out: the run's reference pass is unknown, not veRL's default
+            base.get("shape", {}).get("train", {}).pop("ref_logprob", None)
     except UserError as e:
         row.reason = f"the config is not read: {e}"
         return row
@@ -320,7 +331,8 @@ def predict_row(run: Run, meas: Measurement, tmp: Path, capped: bool) -> Row:
         return row
     if note:
         row.notes.append(note)
-    prompts, group = run.prompts or rc.prompts_per_step, rc.responses_per_prompt or run.group
+    prompts = run.prompts or _stated(rc, "prompts_per_step")
+    group = _stated(rc, "responses_per_prompt") or run.group
     missing = [what for what, v in (("prompts per step", prompts), ("responses per prompt", group)) if not v]
     if missing:
         row.reason = f"{' and '.join(missing)}: stated neither in the config nor in published.yaml"

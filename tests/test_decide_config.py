@@ -75,3 +75,65 @@ def test_bad_configs_are_one_line_errors(q7_16xh100, args, fragment):
     r = run_main("decide", "--profile", q7_16xh100, *args)
     out = r.output.strip()
     assert r.exit_code == 2 and len(out.splitlines()) == 1 and fragment in out and "Traceback" not in out, out
+
+
+def test_a_sequence_cap_bounds_prompt_plus_response(tmp_path):
+    """NeMo-RL's max_total_sequence_length caps prompt + response: the response cap is what it leaves after
+    the prompt, and a prompt cap equal to it (max_input_seq_length: ${policy.max_total_sequence_length}) is
+    not taken as the prompt length."""
+    from throughputlab.decide.runconfig import decide_data
+    from throughputlab.rlconfig import read_run_config
+
+    rc = read_run_config(NEMO / "grpo-qwen2.5-7b-2n8g-dtensor.yaml")
+    total, prompt = rc.sequence_tokens_max, rc.prompt_tokens_max
+    assert total and prompt and prompt < total
+    data, _, _ = decide_data(rc)
+    assert data["shape"]["prompt_len"] == prompt
+    assert data["shape"]["response"]["dist"].endswith(f"max={total - prompt}")
+    assert data["shape"]["engine"]["max_model_len"] == total
+    # a prompt cap as large as the sequence cap says nothing of the prompt: decide's default prompt (512)
+    same = rc.model_copy(update={"prompt_tokens_max": total, "response_tokens_max": None})
+    data, _, _ = decide_data(same)
+    assert "prompt_len" not in data["shape"] and data["shape"]["response"]["dist"].endswith(f"max={total - 512}")
+    # veRL states both caps and no sequence cap: unchanged
+    verl = read_run_config(DATA / "verl_printed_ppo.yaml")
+    data, _, _ = decide_data(verl)
+    assert data["shape"]["prompt_len"] == verl.prompt_tokens_max
+    assert data["shape"]["response"]["dist"].endswith(f"max={verl.response_tokens_max}")
+
+
+def test_the_printout_names_the_config_keys_it_read(q7_16xh100, tmp_path):
+    text, _ = _decide(q7_16xh100, "--config", str(DATA / "verl_printed_ppo.yaml"), tmp_path=tmp_path)
+    keys = next(line for line in text.splitlines() if line.startswith("  keys read: "))
+    assert "data.train_batch_size=" in keys and "actor_rollout_ref.rollout.n=" in keys
+
+
+def test_trl_defaults_and_a_missing_process_count(tmp_path):
+    from throughputlab.errors import UserError
+    from throughputlab.rlconfig import read_run_config
+
+    p = tmp_path / "grpo.yaml"
+    p.write_text("per_device_train_batch_size: 8\nnum_generations: 8\nuse_vllm: true\nnum_processes: 4\n")
+    rc = read_run_config(p)
+    # GRPOConfig's defaults: beta 0.0 (no reference model), vllm_mode server (the engine on GPUs of its own)
+    assert rc.reference is False and rc.placement == "split"
+    assert "TRL's default" in rc.knob("beta").note and "TRL's default" in rc.knob("vllm_mode").note
+    p.write_text("per_device_train_batch_size: 8\nnum_generations: 8\nuse_vllm: true\n")
+    with pytest.raises(UserError, match=r"grpo.yaml: num_processes: not set"):
+        read_run_config(p)
+
+
+def test_a_config_of_another_model_than_the_profiles_is_warned_about(q7_16xh100, tmp_path):
+    from throughputlab.decide.runconfig import model_mismatch
+
+    assert model_mismatch("meta-llama/Llama-3.1-8B-Instruct", "llama3.1-8b") is None
+    assert model_mismatch("$HOME/models/Qwen2.5-Math-7B", "qwen2.5-7b") is None
+    assert "30B against 32B" in model_mismatch("Qwen/Qwen3-30B-A3B", "qwen3-32b")
+    assert "deepseek against qwen" in model_mismatch("deepseek-ai/DeepSeek-V3", "Qwen/Qwen2.5-7B")
+    assert model_mismatch(None, "qwen2.5-7b") is None and model_mismatch("my-policy", "qwen2.5-7b") is None
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("data:\n  train_batch_size: 64\nactor_rollout_ref:\n  model:\n    path: meta-llama/Llama-3.1-70B\n"
+                   "  rollout:\n    n: 4\n")
+    text, d = _decide(q7_16xh100, "--config", str(cfg), tmp_path=tmp_path)
+    assert "warning: the config trains meta-llama/Llama-3.1-70B but the profile is of qwen2.5-7b" in text
+    assert any("llama against qwen" in n for n in d["notes"])

@@ -67,7 +67,7 @@ def test_verl_log_with_the_printed_dict_is_read():
     rc = read_run_config(DATA / "verl_grpo_run.log")
     assert rc.framework == "verl" and rc.algorithm == "grpo"
     assert (rc.prompts_per_step, rc.responses_per_prompt, rc.rollout_engine) == (128, 8, "sglang")
-    assert rc.train_mini_batch_sequences == 256 * 8
+    assert rc.train_mini_batch_sequences == 64 * 8
     assert (rc.critic, rc.reference, rc.kl) == (False, True, 0.001)
     assert (rc.gpus, rc.nodes) == (8, 1)
     assert rc.knob("critic").note.startswith("no critic")

@@ -70,8 +70,12 @@ def test_wrong_types(tmp_path):
 
 
 def test_no_batch_size_at_all(tmp_path):
+    # veRL has defaults for every batch key (ppo_trainer.yaml): a file without them is a run at the defaults
     p = _write(tmp_path, "run.yaml", "actor_rollout_ref:\n  rollout:\n    tensor_model_parallel_size: 2\n")
-    _error(p, "no batch size", "data.train_batch_size")
+    rc = read_run_config(p)
+    assert (rc.prompts_per_step, rc.responses_per_prompt, rc.prompt_tokens_max, rc.response_tokens_max) == \
+        (1024, 1, 512, 512)
+    assert rc.reference is False and "veRL's default" in rc.knob("data.train_batch_size").note
     p = _write(tmp_path, "grpo.yaml", "trl_note: x\nnum_generations: 8\nuse_vllm: true\n")
     _error(p, "no batch size", "per_device_train_batch_size")
     p = _write(tmp_path, "cmd.sh", "python3 -m openrlhf.cli.train_ppo_ray --pretrain m --n_samples_per_prompt 8\n")
@@ -131,6 +135,18 @@ def test_empty_binary_and_cut_short_files(tmp_path):
            "YAML syntax error")
     _error(_write(tmp_path, "cut.json", '{"per_device_train_batch_size": 4, '), "not valid JSON", "cut short")
     _error(_write(tmp_path, "list.yaml", "- a\n- b\n"), "expected a mapping")
+    # a known section that holds a list or a number
+    _error(_write(tmp_path, "sec.yaml", "data:\n  train_batch_size: 64\nactor_rollout_ref:\n  rollout: 5\n"),
+           "actor_rollout_ref.rollout: expected a section of keys, got int 5")
+    # OpenRLHF flags without their command; a Python GRPOConfig call
+    _error(_write(tmp_path, "flags.txt", "--actor_num_gpus_per_node 8 --micro_train_batch_size 4\n"),
+           "flags without their command", "openrlhf.cli.train_ppo_ray")
+    _error(_write(tmp_path, "grpo.py", "from trl import GRPOConfig\ncfg = GRPOConfig(beta=0.0, x: 1)\n"),
+           "GRPOConfig(...)", "YAML or JSON")
+    # veRL refuses a mini-batch larger than the step's batch
+    _error(_write(tmp_path, "mini.yaml", "data:\n  train_batch_size: 64\nactor_rollout_ref:\n  actor:\n"
+                  "    ppo_mini_batch_size: 128\n  rollout:\n    n: 8\n"),
+           "actor_rollout_ref.actor.ppo_mini_batch_size", "more than the 64 prompts")
     _error(tmp_path / "missing.yaml", "no such file")
 
 

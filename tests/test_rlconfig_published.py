@@ -112,9 +112,9 @@ EXPECTED = {
         prompts_per_step=32 * 4, responses_per_prompt=16, response_tokens_max=28672, rollout_tp=4,
         rollout_async_engine=True, gpus_per_node=8, nodes=16),
     "verl_qwen2.5-math-7b_dapo_16gpu_h20-colocated-10k/config.yaml": dict(
-        prompts_per_step=None, responses_per_prompt=16, response_tokens_max=10240, train_mini_batch_sequences=512),
+        prompts_per_step=1024, responses_per_prompt=16, response_tokens_max=10240, train_mini_batch_sequences=512),
     "verl_qwen2.5-7b-instruct-retool-sft_dapo_32gpu_h20-colocated-multiturn/config.yaml": dict(
-        prompts_per_step=64, responses_per_prompt=None, train_mini_batch_sequences=None, multi_turn=True),
+        prompts_per_step=64, responses_per_prompt=1, train_mini_batch_sequences=16, multi_turn=True),
     "nemo-rl_llama3.1-8b-instruct_grpo_16gpu_h100-colocated/config.yaml": dict(
         prompts_per_step=64, responses_per_prompt=32, train_mini_batch_sequences=512, micro_batch_sequences_per_gpu=1,
         logprob_micro_batch_sequences_per_gpu=2, sequence_tokens_max=4096, response_tokens_max=4096,

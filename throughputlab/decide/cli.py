@@ -197,11 +197,11 @@ def decide(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, 
     from throughputlab.settings.options import print_spec as echo_spec
 
     logs = {k: flags.pop(k) for k in LOG_FLAGS}
-    base = None
+    base, config_model = None, None
     if config_file:
         from throughputlab.decide import runconfig
 
-        base, lines = runconfig.read(config_file, config_sets, framework)
+        base, lines, config_model = runconfig.read(config_file, config_sets, framework)
         click.echo("\n".join(lines) + "\n", err=print_spec)  # with --print-spec, stdout is the spec file
     elif config_sets or framework:
         raise UserError("--config-set and --framework go with --config FILE (the run's launch config)")
@@ -217,6 +217,15 @@ def decide(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, 
     decisions = decide_from_spec(spec, adjust_step=checks.hook if checks else None)
     for d in decisions if checks else ():
         d.notes[:0] = checks.notes()
+    if config_model:
+        from throughputlab.decide.runconfig import model_mismatch
+        from throughputlab.records.profile import Profile
+
+        warning = model_mismatch(config_model, Profile.load(spec.profile).model.name)
+        if warning:
+            click.echo(f"warning: {warning}\n")
+            for d in decisions:
+                d.notes.insert(0, warning)
     if len(decisions) > 1:
         click.echo(placements_text(decisions))
         click.echo("")

@@ -9,6 +9,7 @@ laid over the result, so a flag still overrides the config.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Optional
 
 from throughputlab import roofline as rf
@@ -39,12 +40,15 @@ def decide_data(rc: RunConfig) -> tuple[dict[str, Any], list[str], list[str]]:
             "for others)")
         put("baseline", p, "the run's prompts per step")
     put("group", rc.responses_per_prompt, "responses per prompt")
-    put("shape.prompt_len", rc.prompt_tokens_max, "the prompt cap (real prompts are often shorter: --prompt-len)")
-    cap = rc.response_tokens_max
+    prompt, cap, why = lengths(rc)
+    put("shape.prompt_len", prompt, why)
     if cap:
         put("shape.response.dist", f"lognormal:mean={max(cap // 2, 1)},sigma={RESPONSE_SIGMA},max={cap}",
-            "the response cap; the config holds no lengths, so a mean of half the cap is assumed (--response-dist "
+            "the response cap" + (f" (the sequence cap {rc.sequence_tokens_max} less the prompt)"
+                                  if rc.sequence_tokens_max and cap < (rc.response_tokens_max or cap + 1) else "")
+            + "; the config holds no lengths, so a mean of half the cap is assumed (--response-dist "
             "with the run's mean and clip ratio, or --against its log)")
+    put("shape.engine.max_model_len", rc.sequence_tokens_max, "the engines' context: the sequence cap")
     put("shape.algo", "ppo" if rc.critic else "grpo" if rc.critic is not None else None, "a critic or not")
     put("shape.train.epochs", rc.epochs, "epochs over each batch")
     put("shape.train.mini_batch_samples", rc.train_mini_batch_sequences, "sequences per optimizer step")
@@ -94,6 +98,25 @@ def decide_data(rc: RunConfig) -> tuple[dict[str, Any], list[str], list[str]]:
             put("shape.partial_rollout", min(rc.staleness_share, 1.0), "veRL's partial rollouts: staleness_threshold more "
                 "samples in flight; responses cut at a weight sync resume after it (steady state)")
     return data, used, _not_modelled(rc)
+
+
+def lengths(rc: RunConfig) -> tuple[Optional[int], Optional[int], str]:
+    """(prompt tokens, response cap, what the prompt is) from the caps. Where a sequence cap bounds prompt plus
+    response (NeMo-RL's max_total_sequence_length, OpenRLHF's --max_len), the response cap is what it leaves
+    after the prompt; a prompt cap as large as the sequence cap says nothing of the prompt, so decide's own
+    default prompt is used."""
+    from throughputlab.decide.shape import RLShape
+
+    total, prompt, cap = rc.sequence_tokens_max, rc.prompt_tokens_max, rc.response_tokens_max
+    why = "the prompt cap (real prompts are often shorter: --prompt-len)"
+    if total and prompt and prompt >= total:
+        prompt = None
+    used = prompt or RLShape.model_fields["prompt_len"].default
+    if total and total > used:
+        cap = min(cap or total, total - used)
+    if prompt is None and total:
+        why = ""
+    return prompt, cap, why
 
 
 def offload_knobs(rc, put) -> None:
@@ -162,6 +185,8 @@ def describe(rc: RunConfig, used: list[str], missing: list[str]) -> list[str]:
     version = f" {rc.framework_version}" if rc.framework_version else ""
     lines = [f"config: {rc.source} ({rc.framework}{version}): {len(rc.read)} knobs read, {len(rc.ignored)} ignored"]
     lines += [f"  read: {k}" for k in used]
+    if rc.read:
+        lines.append("  keys read: " + ", ".join(f"{k.key}={_short(k.value)}" for k in rc.read))
     lines += [f"  not modelled: {m}" for m in missing]
     by_reason: dict[str, list[str]] = {}
     for k in rc.ignored:
@@ -172,10 +197,50 @@ def describe(rc: RunConfig, used: list[str], missing: list[str]) -> list[str]:
     return lines
 
 
-def read(path: str, overrides: tuple[str, ...] = (), framework: Optional[str] = None) -> tuple[dict, list[str]]:
-    """The spec data of ``--config`` and the lines to print."""
+def _short(value) -> str:
+    text = str(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _size(name: str) -> Optional[str]:
+    """The parameter count a model name states (``Llama-3.1-8B-Instruct`` -> ``8b``), if any."""
+    for token in re.split(r"[^a-z0-9.]+", name.lower()):
+        if re.fullmatch(r"\d+(\.\d+)?b", token):
+            return token
+    return None
+
+
+FAMILIES = ("llama", "qwen", "deepseek", "mixtral", "mistral", "gemma", "phi", "glm", "gpt", "olmo", "kimi")
+
+
+def _family(name: str) -> Optional[str]:
+    low = name.lower()
+    return next((f for f in FAMILIES if f in low), None)
+
+
+def model_mismatch(config_model: Optional[str], profile_model: str) -> Optional[str]:
+    """A warning where the config's policy and the profile's model name different families or sizes (the
+    profile's is the one predicted)."""
+    if not config_model:
+        return None
+    mine, theirs = config_model.rstrip("/").rsplit("/", 1)[-1], profile_model.rstrip("/").rsplit("/", 1)[-1]
+    fa, fb = _family(mine), _family(theirs)
+    a, b = _size(mine), _size(theirs)
+    if fa and fb and fa != fb:
+        what = f"{fa} against {fb}"
+    elif a and b and float(a[:-1]) != float(b[:-1]):
+        what = f"{a.upper()} against {b.upper()}"
+    else:
+        return None
+    return (f"the config trains {config_model} but the profile is of {profile_model} ({what}): every time here is "
+            "the profile's model; measure or predict a profile of the config's model")
+
+
+def read(path: str, overrides: tuple[str, ...] = (),
+         framework: Optional[str] = None) -> tuple[dict, list[str], Optional[str]]:
+    """The spec data of ``--config``, the lines to print, and the policy model the config names."""
     from throughputlab.rlconfig import read_run_config
 
     rc = read_run_config(path, overrides, framework=framework, source=f"--config {path}")
     data, used, missing = decide_data(rc)
-    return data, describe(rc, used, missing)
+    return data, describe(rc, used, missing), rc.model

@@ -286,6 +286,9 @@ class Ctx:
     def _unknown(self, path: str) -> None:
         """A key no rule of the framework covers: an error naming it, the closest known key, and how to
         drop it where a newer version of the framework has it."""
+        if any(k.startswith(path + ".") for k in self._paths):  # a known section holding a list or a scalar
+            value = self.raw(path)
+            raise self.fail(path, f"expected a section of keys, got {type(value).__name__} {value!r}"[:200])
         parent = parent_of(path) if "." in path else ""
         siblings = sorted({k.rsplit(".", 1)[-1] for k in self._paths if parent_of(k) == parent})
         near = difflib.get_close_matches(path.rsplit(".", 1)[-1], siblings, n=1, cutoff=0.6)

@@ -49,10 +49,16 @@ def read_source(path: Path, src: str) -> Source:
             return Source(tree=tree, form="openrlhf", extra=extra, version=version, ray=ray)
         if any(m in text for m in VERL_MARKERS) and re.search(r"\b[\w.]+=\S", text):
             return _verl_script(text, src)
+    if "GRPOConfig(" in text:
+        raise UserError(f"{src}: a Python GRPOConfig(...) call; write its arguments as YAML or JSON (key: value), "
+                        "the file `trl grpo --config` takes")
     data = parse_json(text, WHAT, src) if suffix == ".json" else parse_yaml(text, WHAT, src)
     if isinstance(data, str) and (openrlhf.looks_like(data) or any(m in data for m in VERL_MARKERS)):
         raise UserError(f"{src}: a launch command in a file named {path.name}; name it .sh or .txt so it is "
                         "read as a command, not as YAML")
+    if isinstance(data, str) and data.lstrip().startswith("--"):
+        raise UserError(f"{src}: command-line flags without their command; an OpenRLHF run is read from its "
+                        "command line, e.g. python3 -m openrlhf.cli.train_ppo_ray --flag value ...: add the command")
     data = {} if data is None else expect_mapping(data, src, "a mapping of settings")
     return Source(tree=dict(data), data=data)
 

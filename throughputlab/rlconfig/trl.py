@@ -30,6 +30,10 @@ def read(ctx: Ctx) -> None:
     pd = ctx.int("per_device_train_batch_size", "micro_batch_sequences_per_gpu")
     gas = ctx.int("gradient_accumulation_steps", note="micro-steps per optimizer step")
     procs = ctx.int("num_processes", "gpus", note="accelerate's processes: one training GPU each")
+    if procs is None and pd is not None and not ctx.stated("generation_batch_size"):
+        raise ctx.fail("num_processes", "not set, and TRL's batch is per_device_train_batch_size x num_processes "
+                       "(accelerate's) x steps_per_generation: give it in the file or with --config-set "
+                       "num_processes=N")
     machines = ctx.int("num_machines", "nodes")
     if procs is not None and machines:
         ctx.set("gpus_per_node", procs // machines, "num_machines")
@@ -59,7 +63,10 @@ def read(ctx: Ctx) -> None:
     ctx.int("max_prompt_length", "prompt_tokens_max")
     ctx.int("max_completion_length", "response_tokens_max")
     beta = ctx.float("beta", "kl", note="0 loads no reference model")
-    ctx.set("reference", None if beta is None else beta != 0, "beta")
+    if beta is None:  # GRPOConfig's default beta is 0.0: no reference model
+        ctx.fields["kl"] = 0.0
+        ctx.note("beta", 0.0, "reference = False; not set: TRL's default 0.0 (GRPOConfig), no reference model")
+    ctx.set("reference", (beta or 0.0) != 0, "beta")
     gc = ctx.bool("gradient_checkpointing", note="activation checkpointing of every layer")
     ctx.set("activation_checkpointing", None if gc is None else ("full" if gc else "none"), "gradient_checkpointing")
     for key, dtype in (("bf16", "bf16"), ("fp16", "fp16")):
@@ -87,6 +94,10 @@ def _generation(ctx: Ctx) -> None:
         return
     if vllm:
         ctx.set("rollout_engine", "vllm", "use_vllm")
+    if vllm and mode is None:  # GRPOConfig's default vllm_mode
+        mode = "server"
+        ctx.note("vllm_mode", mode, "placement = 'split'; not set: TRL's default 'server' (GRPOConfig), the engine "
+                 "on GPUs of its own")
     if mode == "server":
         ctx.set("placement", "split", "vllm_mode")
         ctx.set("off_policy_steps", 0, "vllm_mode")

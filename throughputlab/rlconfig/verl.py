@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Optional
 
-from throughputlab.errors import UserError
 from throughputlab.rlconfig.common import Ctx
 
 A = "actor_rollout_ref.actor"
@@ -39,9 +38,12 @@ def read(ctx: Ctx) -> None:
     _actor(ctx)
     _kl_and_roles(ctx)
     _asynchronous(ctx)
-    if not ctx.fields.get("prompts_per_step") and not ctx.stated(f"{A}.ppo_mini_batch_size"):
-        raise UserError(f"{ctx.src}: no batch size in it: set data.train_batch_size (prompts per step) or "
-                        f"{A}.ppo_mini_batch_size (prompts per optimizer step)")
+    _framework_defaults(ctx)
+    mini = ctx.raw(f"{A}.ppo_mini_batch_size")
+    tbs = ctx.fields.get("prompts_per_step")
+    if isinstance(mini, int) and not isinstance(mini, bool) and tbs and mini > tbs:
+        raise ctx.fail(f"{A}.ppo_mini_batch_size", f"{mini} prompts per optimizer step is more than the {tbs} "
+                       "prompts of a step (data.train_batch_size); veRL refuses it")
 
 
 def _dp(ctx: Ctx, sp_key: str) -> Optional[int]:
@@ -207,6 +209,13 @@ def _actor(ctx: Ctx) -> None:
 # volcengine/verl 008db45; verl/trainer/config/model/hf_model.yaml at 17aa18c keeps both): gradient
 # checkpointing on, remove-padding off. Both act on the Hugging Face model definition, so FSDP only.
 DEFAULTS = {f"{M}.enable_gradient_checkpointing": True, f"{M}.use_remove_padding": False}
+# The rest of veRL's defaults that change a step (ppo_trainer.yaml; docs/examples/config.rst, "Config
+# Explanation"): 1024 prompts a step, prompt and response caps of 512, one response per prompt, and no KL
+# term (actor.use_kl_loss and algorithm.use_kl_in_reward both false: no reference model).
+STEP_DEFAULTS = (("data.train_batch_size", "prompts_per_step", 1024),
+                 ("data.max_prompt_length", "prompt_tokens_max", 512),
+                 ("data.max_response_length", "response_tokens_max", 512),
+                 (f"{R}.n", "responses_per_prompt", 1))
 ROLLOUT_TP_DEFAULT = 2  # rollout.yaml's tensor_model_parallel_size (vLLM and SGLang; not effective for hf)
 
 
@@ -220,6 +229,22 @@ def _default(ctx: Ctx, key: str, value: Optional[bool], default: bool, field: Op
         ctx.fields[field] = default
     ctx.note(key, default, f"not set: veRL's default {default} (ppo_trainer.yaml)")
     return default
+
+
+def _framework_defaults(ctx: Ctx) -> None:
+    """veRL's own value for each step-changing key the config leaves out, recorded as read and saying so."""
+    for key, field, default in STEP_DEFAULTS:
+        if ctx.fields.get(field) is None and not ctx.stated(key):
+            ctx.fields[field] = default
+            ctx.note(key, default, f"{field} = {default!r}; not set: veRL's default (ppo_trainer.yaml)")
+    mini = ctx.raw(f"{A}.ppo_mini_batch_size")
+    if ctx.fields.get("train_mini_batch_sequences") is None and isinstance(mini, int) and not isinstance(mini, bool):
+        ctx.set("train_mini_batch_sequences", mini * ctx.fields["responses_per_prompt"], f"{A}.ppo_mini_batch_size")
+    if ctx.fields.get("reference") is None:
+        ctx.fields["reference"] = False
+        ctx.fields.setdefault("kl", 0.0)
+        ctx.note(f"{A}.use_kl_loss", False, "reference = False; not set, nor algorithm.use_kl_in_reward: veRL's "
+                 "default false for both (no reference model)")
 
 
 def _kl_and_roles(ctx: Ctx) -> None:
