@@ -137,3 +137,10 @@ def test_a_config_of_another_model_than_the_profiles_is_warned_about(q7_16xh100,
     text, d = _decide(q7_16xh100, "--config", str(cfg), tmp_path=tmp_path)
     assert "warning: the config trains meta-llama/Llama-3.1-70B but the profile is of qwen2.5-7b" in text
     assert any("llama against qwen" in n for n in d["notes"])
+
+
+def test_the_placement_flag_replaces_a_split_configs_placement(q7_16xh100, tmp_path):
+    text, d = _decide(q7_16xh100, "--config", str(NEMO / "grpo-qwen2.5-7b-2n8g-split.yaml"), "--placement", "colocated",
+                      tmp_path=tmp_path)
+    assert "--placement colocated replaces the config's placement" in text
+    assert d["rows"][0]["step"]["placement"].startswith("colocated on 16 GPUs")

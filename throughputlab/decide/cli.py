@@ -202,6 +202,9 @@ def decide(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, 
         from throughputlab.decide import runconfig
 
         base, lines, config_model = runconfig.read(config_file, config_sets, framework)
+        if "placement" in given(ctx, flags):  # the flag's placement replaces the config's, with its knobs
+            runconfig.drop_placement(base)
+            lines.append(f"  --placement {flags['placement']} replaces the config's placement and its GPU split")
         click.echo("\n".join(lines) + "\n", err=print_spec)  # with --print-spec, stdout is the spec file
     elif config_sets or framework:
         raise UserError("--config-set and --framework go with --config FILE (the run's launch config)")

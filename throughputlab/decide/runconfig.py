@@ -197,6 +197,16 @@ def describe(rc: RunConfig, used: list[str], missing: list[str]) -> list[str]:
     return lines
 
 
+def drop_placement(data: dict) -> None:
+    """Remove the config's placement and the knobs that go with it (``--placement`` on the command line
+    replaces them)."""
+    cluster, shape = data.get("cluster", {}), data.get("shape", {})
+    for key in ("placement", "gen_gpus"):
+        cluster.pop(key, None)
+    for key in ("overlap", "off_policy_steps", "partial_rollout"):
+        shape.pop(key, None)
+
+
 def _short(value) -> str:
     text = str(value)
     return text if len(text) <= 40 else text[:37] + "..."
