@@ -121,5 +121,5 @@ def test_a_micro_batch_set_above_what_fits_is_warned_about(caplog):
     with caplog.at_level("WARNING"):
         assert micro_batch_for(fits, 64) == 64
     assert "train.micro_batch 64 is above the 4 sequences that the memory model fits" in caplog.text
-    with pytest.raises(UserError, match="use more training GPUs, train.activation_checkpointing"):
+    with pytest.raises(UserError, match=r"use more training GPUs \(--gpus\), --activation-checkpointing"):
         micro_batch_for(SimpleNamespace(max_micro_batch=lambda: 0), None)

@@ -206,3 +206,22 @@ def test_calibration_caps_impossible_efficiencies_and_keeps_defaults_for_floors(
     assert "decode_phi: the profile's phi_flops_per_s is not identified, so the default 50% stays" in eff.cautions
     pred = predict_analytic(resolve_model("qwen2.5-7b").spec, "h200", calibrate=floor, concurrency=(1,))
     assert any(a.startswith("caution: decode_phi") for a in load_fit(pred).assumptions)
+
+
+def test_a_model_folder_with_only_its_config_is_predicted(tmp_path):
+    """An analytic prediction reads the config alone: a folder without weights is enough, and gives the
+    preset's own figures."""
+    import json
+
+    from conftest import run_main
+    from throughputlab.models import resolve_model
+
+    folder = tmp_path / "Qwen2.5-7B"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(resolve_model("qwen2.5-7b").spec.config))
+    outs = []
+    for model in (str(folder), "qwen2.5-7b"):
+        r = run_main("predict", "--model", model, "--gpu", "h100", "-c", "1,64", "-o", str(tmp_path / "p.json"))
+        assert r.exit_code == 0, r.output
+        outs.append([p["predicted"]["total_s"] for p in json.loads((tmp_path / "p.json").read_text())["generation"]])
+    assert outs[0] == outs[1]

@@ -153,6 +153,11 @@ def size_kv(settings: rf.EngineSettings, costs: rf.Costs, tp: int, device_bytes:
     shard = rf.tp_shard(costs, tp)
     if settings.kv_cache_gib is not None:
         kv_bytes, rule = settings.kv_cache_gib * GIB, f"measured, {settings.kv_cache_gib:g} GiB per GPU (--kv-cache-gib)"
+        room = device_bytes - rf.all_weight_bytes(shard) if device_bytes else None
+        if room is not None and kv_bytes > room:
+            raise UserError(f"--kv-cache-gib {settings.kv_cache_gib:g}: more than a device holds besides its weights "
+                            f"({device_bytes / GIB:.1f} GiB less {rf.all_weight_bytes(shard) / GIB:.1f} GiB = "
+                            f"{max(room, 0) / GIB:.1f} GiB); give the KV cache size the engine's log reports")
     elif device_bytes:
         kv_bytes = rf.engine_kv_bytes(settings.name, costs, shard, tp, device_bytes, settings.memory_fraction,
                                       settings.max_num_batched_tokens, settings.max_num_seqs or 1024,

@@ -200,7 +200,7 @@ def _predict(profile_path, model, gpu, dtype, calibrate, concurrency, prompt_len
             raise UserError("--model needs --gpu (a device with a datasheet row, e.g. h200)")
         from throughputlab.models import resolve_model
 
-        spec = resolve_model(model).spec
+        spec = resolve_model(model, random_weights=True).spec  # the config is all an analytic prediction reads
         layout = Layout(gpus=tp * nodes if gpus is None else gpus, tp=tp, nodes=nodes,
                         activation_checkpointing=activation_checkpointing or False).check()
         cal = Profile.load(calibrate) if calibrate else None

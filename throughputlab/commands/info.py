@@ -26,8 +26,11 @@ def hardware(device: str, dtype: str, no_bench: bool, as_json: bool, nproc: Opti
     """Describe the device: GPUs through NVML (or the CPU), datasheet peaks, measured copy and
     matrix-vector GB/s (the read bandwidth decode and the KV reads see) and matmul TFLOP/s, and with
     --collectives N the bus bandwidth of the collectives between N devices."""
+    from throughputlab.commands.options import check_writable
     from throughputlab.hardware.probe import probe, resolve_device, resolve_dtype
 
+    if output is not None:
+        check_writable(output, "--output")  # before the micro-benchmarks, not after them
     dev = resolve_device(device)
     hw = probe(dev, resolve_dtype(dtype, dev), run_microbench=not no_bench)
     if nproc is not None:
@@ -40,7 +43,10 @@ def hardware(device: str, dtype: str, no_bench: bool, as_json: bool, nproc: Opti
             raise UserError(f"--collectives {nproc}: the ranks failed ({e})") from None
         hw.topology = hw.collectives.topology or topology()
     if output is not None:
-        output.write_text(hw.model_dump_json(indent=1))
+        try:
+            output.write_text(hw.model_dump_json(indent=1))
+        except OSError as e:
+            raise UserError(f"--output {output}: cannot write it ({e.strerror or e}); choose another path") from None
     if as_json:
         click.echo(hw.model_dump_json(indent=2))
         return

@@ -298,7 +298,8 @@ class LogChecks:
                  log_prompts: Optional[int] = None, against_prompts: Optional[int] = None):
         if not (against or calibrate_from):
             used = [f"--{n}" for n, v in (("log-format", log_format), ("log-column", log_columns),
-                                          ("log-prompts", log_prompts)) if v]
+                                          ("log-prompts", log_prompts), ("against-prompts", against_prompts))
+                    if v]
             raise UserError(f"{', '.join(used)}: only with a run log; give --against LOG or --calibrate-from LOG")
         user_lengths = "response" in spec.shape.model_fields_set
         kw = dict(fmt=log_format, columns=log_columns, log_prompts=log_prompts, user_lengths=user_lengths)

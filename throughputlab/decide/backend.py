@@ -16,6 +16,7 @@ from typing import Callable, Optional
 
 from pydantic import BaseModel, ConfigDict
 
+from throughputlab.errors import UserError
 from throughputlab.roofline import rl as rf
 from throughputlab.throughput import ThroughputModel
 
@@ -45,6 +46,9 @@ def layout_for(train, devices: int, per_node: int = 8) -> Optional[MegatronLayou
     size is what TP x PP leaves (at least one replica)."""
     if train.backend != "megatron":
         return None
+    if devices % (train.tp * train.pp):
+        raise UserError(f"--train-tp {train.tp} x --train-pp {train.pp} does not divide the {devices} training GPU(s): "
+                        "Megatron runs GPUs = TP x PP x data-parallel replicas; give sizes whose product divides them")
     return MegatronLayout(tp=train.tp, pp=train.pp, ep=train.ep, dp=max(devices // (train.tp * train.pp), 1),
                           per_node=per_node)
 

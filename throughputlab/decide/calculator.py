@@ -20,6 +20,7 @@ from throughputlab.decide.cluster import (
     Placement,
     cross_node_note,
     domain_note,
+    gpus_per_node_limit,
     host_link_rate,
     kv_tokens_from_gib,
     layout_notes,
@@ -187,7 +188,7 @@ def decide_from_spec(spec: DecideSpec, adjust_step=None) -> list[Decision]:
                                            spec.shape.train.activation_checkpointing)
     decisions, left_out = [], []
     domain, domain_source = link_domain(prof.hardware)
-    candidates = placements(model, cluster, domain, host_link_rate(prof.hardware)[0])
+    candidates = placements(model, cluster, domain, host_link_rate(prof.hardware)[0], gpus_per_node_limit(prof.hardware))
     for pl in candidates:
         try:
             decisions.append(decide(spec, model, train_model=train_model, bytes_per_param=prof.bytes_per_param,
@@ -200,8 +201,8 @@ def decide_from_spec(spec: DecideSpec, adjust_step=None) -> list[Decision]:
             left_out.append(f"placement {pl.label} left out: {err}")
     if not decisions:
         raise UserError(f"no placement on {cluster.gpus or model.train_devices} GPU(s) can train this model: "
-                        "not even one sequence fits per device; add GPUs (--gpus) or set "
-                        "train.activation_checkpointing")
+                        "not even one sequence fits per device; add GPUs (--gpus) or give "
+                        "--activation-checkpointing")
     decisions = sorted(decisions, key=best_time)
     decisions[0].notes.extend(left_out)
     decisions[0].notes.extend(profile_notes(prof, fit))

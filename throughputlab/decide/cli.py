@@ -54,7 +54,7 @@ def section_option(*decls: str, key: str, with_default: bool = False, shown: Opt
 
 def _int_list(text: str, option: str) -> list[int]:
     try:
-        values = [int(x) for x in text.replace(" ", "").split(",") if x]
+        values = [int(x) for x in text.replace(" ", "").split(",")]
     except ValueError:
         raise UserError(f"{option} takes comma-separated positive integers, got {text!r}") from None
     if not values or any(v < 1 for v in values):

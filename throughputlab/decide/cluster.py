@@ -131,19 +131,30 @@ def device_memory(model: ThroughputModel) -> Optional[float]:
     return model.train.device_memory_bytes if model.train is not None else None
 
 
+def decision_nodes(model: ThroughputModel, spec: ClusterSpec) -> int:
+    """--nodes, else the profile's own nodes where the GPUs are the profile's too (no --gpus)."""
+    if "nodes" in spec.model_fields_set or spec.gpus is not None:
+        return spec.nodes
+    return max(spec.nodes, model.nodes)
+
+
 def placements(model: ThroughputModel, spec: ClusterSpec, domain: Optional[int] = None,
-               host_bytes_per_s: Optional[float] = None) -> list[Placement]:
+               host_bytes_per_s: Optional[float] = None, node_limit: Optional[tuple[str, int]] = None) -> list[Placement]:
     """The placements to evaluate: the one asked for, or every one that fits (``search``); ``domain``: GPUs
-    in one NVLink domain of the device (link_domain); ``host_bytes_per_s``: its host link (host_link_rate)."""
+    in one NVLink domain of the device (link_domain); ``host_bytes_per_s``: its host link (host_link_rate);
+    ``node_limit``: the device and the most of it a node holds (gpus_per_node_limit)."""
     measured_tp = model.tp if model.source != "fit" else max(model.tp, 1)
     gpus = spec.gpus if spec.gpus is not None else max(model.train_devices, measured_tp)
-    nodes = spec.nodes
+    nodes = decision_nodes(model, spec)
     for name, v in (("--gpus", gpus), ("--nodes", nodes)):
         if v < 1:
             raise UserError(f"{name} must be a positive integer, got {v}")
     if gpus % nodes:
         raise UserError(f"--nodes {nodes} does not divide --gpus {gpus}: give the same number of GPUs on every node")
     per_node = gpus // nodes
+    if node_limit is not None and per_node > node_limit[1]:
+        raise UserError(f"--gpus {gpus} on {nodes} node(s): a {node_limit[0]} node holds at most {node_limit[1]} GPUs; "
+                        f"give --nodes {-(-gpus // node_limit[1])} or more")
     util = spec.gpu_memory_utilization
     if util is not None and not 0 < util <= 1:
         raise UserError(f"--gpu-memory-utilization must be in (0, 1], got {util}")
@@ -369,6 +380,17 @@ def link_domain(hardware) -> tuple[Optional[int], str]:
     return (domain if domain and node and domain > node else None), source
 
 
+def gpus_per_node_limit(hardware) -> Optional[tuple[str, int]]:
+    """A profile's device and the most of it one node holds (predict's table); None: not a known GPU."""
+    from throughputlab.predict_engine import MAX_GPUS_PER_NODE, SXM_GPUS_PER_NODE
+    from throughputlab.records.peaks import lookup
+
+    if getattr(hardware, "device_type", None) != "cuda":
+        return None
+    ds = getattr(hardware, "datasheet", None) or lookup(getattr(hardware, "device_name", "") or "")
+    return None if ds is None else (ds.device, MAX_GPUS_PER_NODE.get(ds.device, SXM_GPUS_PER_NODE))
+
+
 def host_link_rate(hardware) -> tuple[Optional[float], str]:
     """A profile's device's host link each way per GPU (records.peaks.host_link) and its source; None where the
     profile names no GPU with a datasheet row (the placement's default then)."""
@@ -395,7 +417,7 @@ def domain_note(pl: Placement, source: str) -> Optional[str]:
 def layout_notes(model: ThroughputModel, placement: Optional[str], spec: ClusterSpec,
                  domain: Optional[int] = None) -> list[str]:
     """Where the profile's own layout differs from the decision's: which one sets the links."""
-    gpus, nodes = spec.gpus or model.train_devices, spec.nodes
+    gpus, nodes = spec.gpus or model.train_devices, decision_nodes(model, spec)
     if (gpus, nodes) == (model.train_devices, model.nodes):
         return []
     if model.source == "fit":

@@ -169,6 +169,8 @@ def parse_kv(rest: str, option: str, text: str) -> dict[str, str]:
         key, eq, value = part.partition("=")
         if not eq or not key.strip() or not value.strip():
             raise UserError(f"{option} {text!r}: expected key=value pairs separated by commas, got {part!r}")
+        if key.strip() in out:
+            raise UserError(f"{option} {text!r}: {key.strip()} given twice; give it once")
         out[key.strip()] = value.strip()
     return out
 

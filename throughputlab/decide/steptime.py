@@ -102,9 +102,9 @@ def micro_batch_for(model: ThroughputModel, requested: Optional[int], what: str 
         raise UserError(f"the profile records no training memory, so the largest micro-batch is unknown: "
                         f"set {what} in the RL shape file")
     if mb < 1:
-        raise UserError("not even one sequence fits in device memory for training: use more training GPUs, "
-                        "train.activation_checkpointing or a device with more memory (train.micro_batch overrides "
-                        "this check)")
+        raise UserError("not even one sequence fits in device memory for training: use more training GPUs "
+                        "(--gpus), --activation-checkpointing or a device with more memory (--set "
+                        "shape.train.micro_batch=N overrides this check)")
     return mb
 
 
