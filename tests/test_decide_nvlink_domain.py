@@ -7,7 +7,8 @@ import pytest
 
 from throughputlab.calibration import DEFAULT_EFFICIENCIES
 from throughputlab.decide.calculator import DecideSpec, decide_from_spec
-from throughputlab.decide.cluster import ClusterSpec, generation_model, link_domain, placements, training_model
+from throughputlab.decide.cluster import ClusterSpec, generation_model, placements, training_model
+from throughputlab.decide.devices import link_domain
 from throughputlab.fit import load_model
 from throughputlab.models import resolve_model
 from throughputlab.predict import Layout, predict_analytic
