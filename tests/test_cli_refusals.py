@@ -48,3 +48,25 @@ def test_a_response_dist_key_given_twice(q7):
 def test_megatron_sizes_that_do_not_divide_the_training_gpus(q7):
     refused("decide", "--profile", q7, "--prompts", "64", "--train-backend", "megatron", "--train-tp", "3",
             fragments=("--train-tp 3 x --train-pp 1 does not divide the 8 training GPU(s)",))
+
+
+def test_requests_longer_than_the_engines_context(q7):
+    refused("decide", "--profile", q7, "--prompts", "64", "--max-model-len", "1000",
+            fragments=("--max-model-len 1000 is below the prompt (512) plus the longest response (2048)",))
+    refused("predict", "--model", "llama3.1-8b", "--gpu", "h100", "--prompt-len", "200000",
+            fragments=("exceed llama3.1-8b's max_position_embeddings (131072)",))
+
+
+def test_a_model_whose_weights_leave_no_kv_cache_says_so_instead_of_a_table():
+    from conftest import run_main
+
+    r = run_main("predict", "--model", "llama3.1-70b", "--gpu", "l4", "-c", "1,8")
+    assert r.exit_code == 0, r.output
+    assert "generation: none; the weights leave no KV cache" in r.output and "knee at" not in r.output
+
+
+def test_the_bare_command_prints_its_help():
+    from conftest import run_main
+
+    r = run_main()
+    assert r.exit_code == 0 and r.output.startswith("Usage: throughputlab") and "Commands:" in r.output

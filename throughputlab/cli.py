@@ -95,6 +95,7 @@ def _terminate_as_interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())  # click 8.2+: a group given no command
 _terminated = False  # the interrupt came from SIGTERM: exit 143 (128 + 15), as a process killed by it would
 
 
@@ -109,6 +110,9 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(_interrupted_code())
+    except _NO_ARGS_IS_HELP as e:  # `throughputlab` (or a group) alone: its help, as asked
+        click.echo(e.ctx.get_help() if e.ctx is not None else e.format_message())
+        sys.exit(0)
     except click.UsageError as e:  # one line, not click's usage block
         where = f" (see '{e.ctx.command_path} --help')" if e.ctx is not None else ""
         click.echo(f"error: {e.format_message()}{where}", err=True)

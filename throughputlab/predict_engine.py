@@ -126,6 +126,10 @@ def resolve(opts: EngineOptions, spec: ModelSpec, ds: DatasheetPeak, tp: int, pr
     if opts.max_model_len is not None and prompt_len + output_len > opts.max_model_len:
         raise UserError(f"--prompt-len + --output-len ({prompt_len + output_len}) exceed --max-model-len "
                         f"{opts.max_model_len}: raise --max-model-len or shorten the request")
+    if opts.max_model_len is None and limit and prompt_len + output_len > limit:
+        raise UserError(f"--prompt-len + --output-len ({prompt_len + output_len}) exceed {spec.name}'s "
+                        f"{spec.context_limit_name} ({limit}): shorten the request, or give the engine's --rope-scaling "
+                        "(e.g. yarn:4)")
     mem = ds.memory_bytes or 0
     name = opts.engine
     if name == "vllm":

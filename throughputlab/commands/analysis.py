@@ -213,7 +213,10 @@ def _predict(profile_path, model, gpu, dtype, calibrate, concurrency, prompt_len
     click.echo(f"{pred.model.name} on {pred.hardware.device_name} ({st.dtype}), {fit.method} model")
     for a in fit.assumptions:
         click.echo(f"  {a}")
-    if m.decode is not None:
+    if m.decode is not None and m.kv_cache_tokens is not None and m.kv_cache_tokens <= 0:
+        click.echo(f"generation: none; the weights leave no KV cache on one engine of TP {m.tp} at this memory share "
+                   "(give --tp, a smaller --dtype, --gpu-memory-utilization or a larger device)")
+    elif m.decode is not None:
         engines = m.train_devices // m.tp if m.train_devices > 1 else 1
         where = (f", per engine of TP {m.tp} ({engines} engine(s) on {m.train_devices} GPUs: multiply tokens/s "
                  f"by {engines} for all of them)" if m.tp > 1 or engines > 1 else "")

@@ -165,6 +165,11 @@ def decide_from_spec(spec: DecideSpec, adjust_step=None) -> list[Decision]:
     if block is None and prof.engine is not None:
         block = prof.engine.engine_args.get("block_size")
     e = spec.shape.engine
+    longest = spec.shape.prompt_len + spec.shape.response.resolve().longest()
+    if e.max_model_len is not None and longest > e.max_model_len:
+        raise UserError(f"--max-model-len {e.max_model_len} is below the prompt ({spec.shape.prompt_len}) plus the "
+                        f"longest response ({longest - spec.shape.prompt_len}): the engine would refuse such requests; "
+                        "raise it or lower the response cap (max= in --response-dist)")
     kv = e.kv_cache_tokens or (kv_tokens_from_gib(model, model.tp, e.kv_cache_gib) if e.kv_cache_gib else None)
     caps = EngineCaps(max_num_seqs=e.max_num_seqs or DEFAULT_MAX_NUM_SEQS,
                       kv_cache_tokens=kv or model.kv_cache_tokens, block_size=int(block or 16))
