@@ -70,3 +70,20 @@ def test_the_bare_command_prints_its_help():
 
     r = run_main()
     assert r.exit_code == 0 and r.output.startswith("Usage: throughputlab") and "Commands:" in r.output
+
+
+def test_a_profile_with_a_non_positive_concurrency_is_malformed(tmp_path, q7):
+    import json
+
+    d = json.loads(open(q7).read())
+    d["generation"][0]["concurrency"] = -3
+    bad = tmp_path / "neg.json"
+    bad.write_text(json.dumps(d))
+    refused("fit", str(bad), fragments=("malformed at generation.0.concurrency",))
+
+
+def test_a_rendezvous_endpoint_without_a_port_and_conflicting_fit_flags(q7, tmp_path):
+    refused("bench", "-m", "tiny", "--only", "train", "--nnodes", "2", "--rdzv-endpoint", "notahostport",
+            fragments=("--rdzv-endpoint", "HOST:PORT"))
+    refused("fit", q7, "--no-save", "-o", str(tmp_path / "f.json"), fragments=("--no-save", "--output"))
+    assert not (tmp_path / "f.json").exists()

@@ -33,6 +33,8 @@ def fit(profile: Path, bootstrap: int, output: Optional[Path], no_save: bool, se
     from throughputlab.fit import fit_profile, summary_lines
     from throughputlab.records.profile import Profile
 
+    if no_save and output is not None:
+        raise UserError("--no-save stores nothing and --output names where to store the fit: give one of them")
     prof = Profile.load(profile)
     target = output or profile
     if not no_save:

@@ -13,7 +13,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from pydantic import Field, ValidationError
+from pydantic import Field, PositiveInt, ValidationError
 
 from throughputlab.errors import UserError
 from throughputlab.files import first_error, read_text
@@ -117,7 +117,7 @@ class TrainPrediction(Record):
 class GenPoint(Record):
     kind: Literal["generation"] = "generation"
     backend: str
-    concurrency: int
+    concurrency: PositiveInt
     prompt_len: int
     output_len: int
     status: Status
@@ -229,8 +229,8 @@ class TrainSample(Record):
 class TrainPoint(Record):
     kind: Literal["training"] = "training"
     backend: str
-    micro_batch: int
-    seq_len: int
+    micro_batch: PositiveInt
+    seq_len: PositiveInt
     status: Status
     error: Optional[str] = None
     samples: list[TrainSample] = []
