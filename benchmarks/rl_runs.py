@@ -4,8 +4,9 @@ Reads every run folder of ``benchmarks/data/rl_runs/`` (format: that folder's RE
 the run's step as a new user would: ``throughputlab predict --model M --gpu G --gpus N --nodes K --tp T``
 for the run's model, device and GPUs, then ``throughputlab decide --profile P --config CONFIG`` at the
 run's own batch, with the published mean prompt length as ``--prompt-len`` and the published response
-lengths as ``--response-dist`` (``capped:mean=M,clip=C,max=L`` where the library reads that form and
-the clip ratio is published, else ``lognormal:mean=M,sigma=0.6,max=L``). Prints predicted/published
+lengths as ``--response-dist``: ``capped:mean=M,clip=C,max=L`` where the clip ratio is published, else
+``capped:mean=M,sigma=0.6,max=L`` (the share at the cap implied by a lognormal cut there with mean M after
+the cut, which is what a log's mean is). Prints predicted/published
 per published timer, mapped onto decide's phases per framework and placement, and a summary against
 the targets.
 
@@ -245,9 +246,10 @@ class Row:
 
 
 def capped_form_available() -> bool:
-    """Whether the library reads ``capped:mean=..,clip=..,max=..`` (the form a run's log gives)."""
+    """Whether the library reads ``capped:mean=..,max=..`` (the form a run's log gives, the share at the cap
+    given or implied)."""
     try:
-        return parse_length_dist("capped:mean=100,clip=0.1,max=200").kind == "capped"
+        return parse_length_dist("capped:mean=100,max=200").kind == "capped"
     except UserError:
         return False
 
@@ -257,6 +259,11 @@ def response_dist(meas: Measurement, cap: int, capped: bool) -> tuple[str, str]:
     m = meas.mean_response
     if capped and meas.clip is not None:
         return f"capped:mean={m:g},clip={meas.clip:g},max={cap}", f"published mean {m:g} and clip ratio {meas.clip:g}"
+    if capped and m < cap:
+        d = parse_length_dist(f"capped:mean={m:g},sigma={runconfig.RESPONSE_SIGMA:g},max={cap}")
+        return (f"capped:mean={m:g},sigma={runconfig.RESPONSE_SIGMA:g},max={cap}",
+                f"published mean {m:g} after the cut; no published clip ratio: {d.clip:.1%} at the cap implied by "
+                f"a lognormal of sigma {runconfig.RESPONSE_SIGMA:g} cut there")
     why = "no published clip ratio" if meas.clip is None else "the capped form is not in the library yet"
     return (f"lognormal:mean={m:g},sigma={runconfig.RESPONSE_SIGMA:g},max={cap}",
             f"published mean {m:g} as a lognormal's (before the cut; {why})")
@@ -628,10 +635,12 @@ def render(rows: list[Row], s: dict, capped: bool, verbose: bool) -> str:
     lib = Path(throughputlab.__file__).parent
     lines = [f"Published RL runs against `throughputlab decide` (analytic profiles; throughputlab {__version__} from "
              f"{_rel(lib)}/)",
-             "response lengths: " + ("capped:mean=M,clip=C,max=L where the clip ratio is published, else "
-                                     if capped else "the capped form is not in parse_length_dist yet, so ")
-             + f"lognormal:mean=M,sigma={runconfig.RESPONSE_SIGMA:g},max=L (M the published mean, there taken as the "
-               "mean before the cut)",
+             "response lengths: " + (f"capped:mean=M,clip=C,max=L where the clip ratio is published, else "
+                                     f"capped:mean=M,sigma={runconfig.RESPONSE_SIGMA:g},max=L (M the published mean, "
+                                     "after the cut; the share at the cap implied by a lognormal cut there)"
+                                     if capped else "the capped form is not in parse_length_dist yet, so "
+                                     f"lognormal:mean=M,sigma={runconfig.RESPONSE_SIGMA:g},max=L (M taken as the mean "
+                                     "before the cut)"),
              "pred/pub flags: * outside the target (step 15%, phase 25%), >2x off by more than 2x", ""]
     for r in rows:
         lines += render_row(r, verbose) + [""]

@@ -5,7 +5,9 @@ reproduces the logged times, and bad logs are one-line errors with exit code 2."
 from __future__ import annotations
 
 import json
+from statistics import NormalDist
 
+import numpy as np
 import pytest
 
 from conftest import assert_user_error, run_cli
@@ -213,11 +215,32 @@ def test_a_capped_form_keeps_the_mean_after_the_cut_where_a_lognormal_does_not()
     assert cut.mean() < 0.9 * 3196  # the mean before the cut: the cut one comes out shorter
 
 
+def test_a_capped_form_without_a_share_takes_the_one_a_cut_lognormal_implies():
+    """A published mean (after the cut) and the cap alone: the share at the cap is what a lognormal of sigma 0.6
+    cut there holds when its mean after the cut is the published one; sampled, both come back."""
+    from throughputlab.decide.lengths import censored_clip
+
+    for mean, cap in ((3200, 3994), (745, 1434), (1019, 3969)):
+        d = parse_length_dist(f"capped:mean={mean},max={cap}")
+        assert d.clip_implied and d.clip == pytest.approx(censored_clip(mean, 0.6, cap))
+        x = d.sample(200_000, seed=3)
+        assert x.mean() == pytest.approx(mean, rel=0.01) and (x == cap).mean() == pytest.approx(d.clip, abs=0.005)
+        # the same share from a lognormal drawn and cut: its mean after the cut is the given mean
+        rng = np.random.default_rng(4)
+        mu = np.log(cap) - 0.6 * NormalDist().inv_cdf(1 - d.clip)
+        raw = np.minimum(rng.lognormal(mu, 0.6, 400_000), cap)
+        assert raw.mean() == pytest.approx(mean, rel=0.01)
+    # a mean near the cap puts much of the mass at it; a mean far below it, almost none
+    assert parse_length_dist("capped:mean=3200,max=3994").clip > 0.4 > 0.01 > parse_length_dist(
+        "capped:mean=1019,max=3969").clip
+    assert "implied" in parse_length_dist("capped:mean=745,max=1434").describe()
+
+
 @pytest.mark.parametrize("form, needle", [
     ("capped:mean=90,clip=0.5,max=192", "cannot hold 50.0% of the responses at 192"),
     ("capped:mean=200,clip=0.1,max=192", "must lie between"),
     ("capped:mean=150,clip=1.5,max=192", "clip is a share in [0, 1]"),
-    ("capped:mean=150,max=192", "missing clip"),
+    ("capped:mean=200,max=192", "without clip the mean after the cut must lie between 1 and the cut 192"),
     ("capped:mean=150,clip=0.1,max=192,width=3", "unknown key(s) width"),
     ("capped:mean=x,clip=0.1,max=192", "must be numbers"),
 ])

@@ -3,7 +3,9 @@
 
 ``capped`` is what an RL log reports: the mean after the cut and the share of responses that hit the
 cap (veRL's response_length/clip_ratio): that share sits at the cap, the rest is a lognormal cut
-below it whose mean makes the overall mean the logged one."""
+below it whose mean makes the overall mean the logged one. Without the share (a published mean and
+the cap only), it is the one a lognormal of spread sigma cut at the cap has when its mean after the
+cut is the published mean (``censored_clip``): a mean close to the cap puts much of the mass there."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ class LengthDist(Record):
     kind: Literal["observed", "lognormal", "capped", "uniform", "fixed"]
     mean: Optional[float] = None  # lognormal: mean length in tokens (before the cut); capped: after it
     clip: Optional[float] = None  # capped: the share of responses at max_tokens
+    clip_implied: bool = False  # capped: the share follows from the mean, sigma and cap (none was given)
     sigma: Optional[float] = None  # lognormal: standard deviation of log(length)
     low: Optional[int] = None  # uniform
     high: Optional[int] = None  # uniform, inclusive; fixed uses it as the length
@@ -83,16 +86,33 @@ class LengthDist(Record):
         if self.kind == "lognormal":
             return f"lognormal, mean {self.mean:g} tokens, sigma {self.sigma:g}{cut}"
         if self.kind == "capped":
-            return (f"mean {self.mean:g} tokens after the cut at {self.max_tokens}, {self.clip:.1%} of them at the cut, "
-                    f"the rest lognormal (sigma {self.sigma:g}) below it")
+            implied = " (implied: a lognormal of that sigma cut at the cap with this mean)" if self.clip_implied else ""
+            return (f"mean {self.mean:g} tokens after the cut at {self.max_tokens}, {self.clip:.1%} of them at the "
+                    f"cut{implied}, the rest lognormal (sigma {self.sigma:g}) below it")
         if self.kind == "uniform":
             return f"uniform {self.low}..{self.high} tokens{cut}"
         return f"fixed {self.high} tokens{cut}"
 
 
-_DIST_KEYS = {"lognormal": {"mean", "sigma", "max"}, "capped": {"mean", "clip", "max", "sigma"},
+_DIST_KEYS = {"lognormal": {"mean", "sigma", "max"}, "capped": {"mean", "clip", "max", "sigma"},  # capped: clip optional
               "uniform": {"min", "max"}, "fixed": {"len"}}
 CAPPED_SIGMA = 0.6  # the spread below the cap when the log gives none
+
+
+def censored_clip(mean: float, sigma: float, cap: float) -> float:
+    """The share at ``cap`` of a lognormal of spread ``sigma`` whose mean after the cut (lengths above the cap
+    counted at it) is ``mean``: bisection on mu of E[min(X, cap)] = exp(mu + s^2/2) Phi((ln cap - mu - s^2)/s)
+    + cap (1 - Phi((ln cap - mu)/s)), which rises with mu; the share is 1 - Phi((ln cap - mu)/s)."""
+    nd, lc = NormalDist(), math.log(cap)
+    lo, hi = math.log(mean) - 20 * sigma - 5, lc + 20 * sigma + 5
+
+    def cmean(mu: float) -> float:
+        return math.exp(mu + sigma * sigma / 2) * nd.cdf((lc - mu - sigma * sigma) / sigma) \
+            + cap * (1 - nd.cdf((lc - mu) / sigma))
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cmean(mid) < mean else (lo, mid)
+    return 1 - nd.cdf((lc - (lo + hi) / 2) / sigma)
 
 
 def _truncated_mu(mean: float, sigma: float, cap: float) -> float:
@@ -122,7 +142,7 @@ def parse_length_dist(text: str, option: str = "--response-dist") -> LengthDist:
                         "or fixed:len=..")
     kv = parse_kv(rest, option, text)
     unknown = set(kv) - _DIST_KEYS[kind]
-    required = {"lognormal": {"mean", "sigma"}, "capped": {"mean", "clip", "max"}}.get(kind, _DIST_KEYS[kind])
+    required = {"lognormal": {"mean", "sigma"}, "capped": {"mean", "max"}}.get(kind, _DIST_KEYS[kind])
     missing = required - set(kv)
     if unknown or missing:
         what = f"unknown key(s) {', '.join(sorted(unknown))}" if unknown else f"missing {', '.join(sorted(missing))}"
@@ -150,9 +170,18 @@ def parse_length_dist(text: str, option: str = "--response-dist") -> LengthDist:
 def _parse_capped(kv: dict[str, str], option: str, text: str) -> LengthDist:
     cap = _pos_int(kv["max"], option, "max")
     try:
-        mean, clip, sigma = float(kv["mean"]), float(kv["clip"]), float(kv.get("sigma", CAPPED_SIGMA))
+        mean, sigma = float(kv["mean"]), float(kv.get("sigma", CAPPED_SIGMA))
+        clip = float(kv["clip"]) if "clip" in kv else None
     except ValueError:
         raise UserError(f"{option} {text!r}: mean, clip and sigma must be numbers") from None
+    implied = clip is None
+    if implied:
+        if not (sigma > 0 and math.isfinite(mean) and 1 <= mean < cap):
+            raise UserError(f"{option} {text!r}: without clip the mean after the cut must lie between 1 and the cut "
+                            f"{cap}, and sigma be positive")
+        clip = censored_clip(mean, sigma, cap)
+        if clip * cap + (1 - clip) >= mean:  # a mean so low the share at the cap rounds to nothing
+            clip = 0.0
     if not (0 <= clip <= 1 and sigma > 0 and math.isfinite(mean)):
         raise UserError(f"{option} {text!r}: clip is a share in [0, 1] (responses at the cut) and sigma positive")
     if clip == 1 and mean != cap:
@@ -160,7 +189,7 @@ def _parse_capped(kv: dict[str, str], option: str, text: str) -> LengthDist:
     if clip < 1 and not (clip * cap + (1 - clip) < mean < cap):
         raise UserError(f"{option} {text!r}: a mean after the cut of {mean:g} cannot hold {clip:.1%} of the responses at "
                         f"{cap}: it must lie between {clip * cap + (1 - clip):.6g} and {cap}")
-    return LengthDist(kind="capped", mean=mean, clip=clip, sigma=sigma, max_tokens=cap)
+    return LengthDist(kind="capped", mean=mean, clip=clip, sigma=sigma, max_tokens=cap, clip_implied=implied)
 
 
 def parse_kv(rest: str, option: str, text: str) -> dict[str, str]:

@@ -21,7 +21,9 @@ class _Spec(BaseModel):
 class ResponseSpec(_Spec):
     """Response lengths: ``dist`` (``lognormal:mean=..,sigma=..,max=..``) or ``file`` of observed lengths."""
 
-    dist: Optional[str] = Field(None, description="lognormal:mean=..,sigma=..,max=.. | uniform:min=..,max=.. | "
+    dist: Optional[str] = Field(None, description="lognormal:mean=..,sigma=..,max=.. (mean before the cut) | "
+                                                 "capped:mean=..,max=..[,clip=..][,sigma=..] (mean after the cut, "
+                                                 "the share at it given or implied) | uniform:min=..,max=.. | "
                                                  "fixed:len=..")
     file: Optional[str] = Field(None, description="Observed response lengths (tokens), one per line.")
     max_tokens: Optional[int] = None  # cut applied to observed lengths
