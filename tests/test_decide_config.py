@@ -144,3 +144,15 @@ def test_the_placement_flag_replaces_a_split_configs_placement(q7_16xh100, tmp_p
                       tmp_path=tmp_path)
     assert "--placement colocated replaces the config's placement" in text
     assert d["rows"][0]["step"]["placement"].startswith("colocated on 16 GPUs")
+
+
+def test_the_json_records_the_config_and_the_flags_that_override_it(q7_16xh100, tmp_path):
+    text, d = _decide(q7_16xh100, "--config", str(DATA / "verl_printed_ppo.yaml"), "--group", "4", "--prompts", "64,128",
+                      tmp_path=tmp_path)
+    cfg = d["config"]
+    assert cfg["framework"] == "verl" and cfg["file"].endswith("verl_printed_ppo.yaml")
+    keys = {k["key"] for k in cfg["read"]}
+    assert "data.train_batch_size" in keys and any(k["key"].startswith("trainer.") for k in cfg["ignored"])
+    assert any(line.startswith("group = ") for line in cfg["settings"])
+    assert "  --group 4 overrides the config's group = " in text and "--prompts 64,128 overrides" in text
+    assert d["rows"][0]["step"]["group"] == 4

@@ -197,14 +197,17 @@ def decide(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, 
     from throughputlab.settings.options import print_spec as echo_spec
 
     logs = {k: flags.pop(k) for k in LOG_FLAGS}
-    base, config_model = None, None
+    base, config_record = None, None
     if config_file:
         from throughputlab.decide import runconfig
 
-        base, lines, config_model = runconfig.read(config_file, config_sets, framework)
-        if "placement" in given(ctx, flags):  # the flag's placement replaces the config's, with its knobs
+        base, lines, config_record = runconfig.read(config_file, config_sets, framework)
+        typed = given(ctx, flags)
+        if "placement" in typed:  # the flag's placement replaces the config's, with its knobs
             runconfig.drop_placement(base)
             lines.append(f"  --placement {flags['placement']} replaces the config's placement and its GPU split")
+        lines += runconfig.overridden_lines(base, {flag_names(ctx)[k]: (DECIDE_FLAGS[k], v) for k, v in typed.items()
+                                                   if k in DECIDE_FLAGS and k != "placement"})
         click.echo("\n".join(lines) + "\n", err=print_spec)  # with --print-spec, stdout is the spec file
     elif config_sets or framework:
         raise UserError("--config-set and --framework go with --config FILE (the run's launch config)")
@@ -220,11 +223,11 @@ def decide(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, 
     decisions = decide_from_spec(spec, adjust_step=checks.hook if checks else None)
     for d in decisions if checks else ():
         d.notes[:0] = checks.notes()
-    if config_model:
+    if config_record and config_record["model"]:
         from throughputlab.decide.runconfig import model_mismatch
         from throughputlab.records.profile import Profile
 
-        warning = model_mismatch(config_model, Profile.load(spec.profile).model.name)
+        warning = model_mismatch(config_record["model"], Profile.load(spec.profile).model.name)
         if warning:
             click.echo(f"warning: {warning}\n")
             for d in decisions:
@@ -242,6 +245,8 @@ def decide(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, 
             data = {**data, "placements": [d.model_dump(mode="json") for d in decisions]}
         if checks is not None:
             data = {**data, **checks.json()}
+        if config_record is not None:
+            data = {**data, "config": config_record}
         _write(json_out, json.dumps(data, indent=1), "--json")
         click.echo(f"wrote {json_out}")
     if html_out:

@@ -207,6 +207,19 @@ def drop_placement(data: dict) -> None:
         shape.pop(key, None)
 
 
+def overridden_lines(data: dict, flags: dict[str, tuple[str, Any]]) -> list[str]:
+    """One line per flag that replaces a setting the config gave: ``{flag: (settings key, value)}``."""
+    out = []
+    for flag, (key, value) in flags.items():
+        node: Any = data
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if node is not None and node != value:
+            shown = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
+            out.append(f"  {flag} {shown} overrides the config's {key} = {node}")
+    return out
+
+
 def _short(value) -> str:
     text = str(value)
     return text if len(text) <= 40 else text[:37] + "..."
@@ -247,10 +260,16 @@ def model_mismatch(config_model: Optional[str], profile_model: str) -> Optional[
 
 
 def read(path: str, overrides: tuple[str, ...] = (),
-         framework: Optional[str] = None) -> tuple[dict, list[str], Optional[str]]:
-    """The spec data of ``--config``, the lines to print, and the policy model the config names."""
+         framework: Optional[str] = None) -> tuple[dict, list[str], dict]:
+    """The spec data of ``--config``, the lines to print, and what `--json` records of the config: its
+    file, framework, policy model, the keys read (with what each set), ignored (with why) and the
+    settings they became, and what cannot be modelled."""
     from throughputlab.rlconfig import read_run_config
 
     rc = read_run_config(path, overrides, framework=framework, source=f"--config {path}")
     data, used, missing = decide_data(rc)
-    return data, describe(rc, used, missing), rc.model
+    record = {"file": path, "framework": rc.framework, "framework_version": rc.framework_version, "model": rc.model,
+              "settings": used, "not_modelled": missing,
+              "read": [k.model_dump(mode="json") for k in rc.read],
+              "ignored": [k.model_dump(mode="json") for k in rc.ignored]}
+    return data, describe(rc, used, missing), record
