@@ -87,3 +87,17 @@ def test_a_rendezvous_endpoint_without_a_port_and_conflicting_fit_flags(q7, tmp_
             fragments=("--rdzv-endpoint", "HOST:PORT"))
     refused("fit", q7, "--no-save", "-o", str(tmp_path / "f.json"), fragments=("--no-save", "--output"))
     assert not (tmp_path / "f.json").exists()
+
+
+def test_endpoint_flags_without_the_openai_backend():
+    refused("bench", "-m", "tiny", "--url", "http://localhost:1", fragments=("--url goes with --backend openai",))
+    refused("bench", "-m", "tiny", "--only", "gen", "--served-model", "foo",
+            fragments=("--served-model goes with --backend openai",))
+
+
+def test_an_import_at_a_tensor_parallel_size_the_heads_do_not_allow(tmp_path):
+    from pathlib import Path
+
+    data = Path(__file__).parent / "data" / "imports" / "guidellm_benchmarks.json"
+    refused("import", "guidellm", str(data), "--model", "llama3.1-8b", "--gpu", "h100", "--tp", "3",
+            "-o", str(tmp_path / "g.json"), fragments=("--tp 3 does not divide llama3.1-8b's 32 attention heads",))

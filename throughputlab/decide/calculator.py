@@ -201,7 +201,7 @@ def decide_from_spec(spec: DecideSpec, adjust_step=None) -> list[Decision]:
         except UserError as err:
             if cluster.placement != "search":
                 raise
-            left_out.append(f"placement {pl.label} left out: {err}")
+            left_out.append(f"placement {pl.labelled(_trainer_name(spec.shape.train))} left out: {err}")
     if not decisions:
         raise UserError(f"no placement on {cluster.gpus or model.train_devices} GPU(s) can train this model: "
                         "not even one sequence fits per device; add GPUs (--gpus) or give "
@@ -221,6 +221,10 @@ def decide_from_spec(spec: DecideSpec, adjust_step=None) -> list[Decision]:
             f"{prof.model.name}'s {prof.model.context_limit_name} ({limit}): the model cannot generate that long, and these "
             "figures extrapolate; shorten --prompt-len or the response lengths")
     return decisions
+
+
+def _trainer_name(train) -> str:
+    return "FSDP" if train.backend != "megatron" else f"Megatron TP {train.tp} x PP {train.pp} x EP {train.ep}"
 
 
 def unused_layout_notes(train) -> list[str]:
@@ -288,8 +292,7 @@ def decide(spec: DecideSpec, model: ThroughputModel, train_model: Optional[Throu
                       caps=caps, placement=placement, cluster=cluster,
                       activation_per_sequence=activation_per_sequence, on_gpu=on_gpu, device=device)
     lay = steps.layout
-    placed = None if placement is None else placement.labelled(
-        "FSDP" if lay is None else f"Megatron TP {lay.tp} x PP {lay.pp} x EP {lay.ep}")
+    placed = None if placement is None else placement.labelled(_trainer_name(spec.shape.train))
     notes = [overlap_note("off-policy" if placement is not None and placement.kind == "split"
                           and spec.shape.overlap != "separate" else spec.shape.overlap),
              f"response lengths: {steps.dist.describe()}",
@@ -299,7 +302,8 @@ def decide(spec: DecideSpec, model: ThroughputModel, train_model: Optional[Throu
                         "the step waits for the slowest")
         notes.append(f"weight sync {steps.sync_s:.3g} s per step"
                      + (" as modelled, before the calibration to the log" if adjust_step is not None else "")
-                     + " (gather from FSDP, load into the engines"
+                     + (" (gather from FSDP" if lay is None else " (gather from the Megatron shards")
+                     + ", load into the engines"
                      + (f", engines' sleep and wake at vLLM sleep level {steps.cluster.sleep_level}"
                         if placement.kind == "colocated" and on_gpu else "") + ")")
     if steps.offload_s:

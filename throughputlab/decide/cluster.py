@@ -390,4 +390,4 @@ def layout_notes(model: ThroughputModel, placement: Optional[str], spec: Cluster
     where = ("within one NVLink domain, over its link" if nodes > 1 and one_domain else
              "across nodes, no faster than the network" if nodes > 1 else "within one node, over its link")
     return [f"the profile was predicted for {model.train_devices} GPU(s) on {model.nodes} node(s) and the decision "
-            f"is for {gpus} on {nodes}: FSDP's links follow the decision ({where}), not the profile"]
+            f"is for {gpus} on {nodes}: the training links follow the decision ({where}), not the profile"]

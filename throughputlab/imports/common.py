@@ -60,8 +60,13 @@ def resolve_target(model: str, gpu: str, dtype: str = "bfloat16", tp: int = 1) -
     dtype_bytes(dtype)  # an unknown dtype is a one-line error here, not in the fit
     if tp < 1:
         raise UserError(f"--tp must be a positive integer, got {tp}")
+    from throughputlab.predict_engine import MAX_GPUS_PER_NODE, SXM_GPUS_PER_NODE, check_parts
+
     spec = resolve_model(model, random_weights=True).spec
-    return Target(spec=spec, datasheet=resolve_gpu(gpu), dtype=dtype, tp=tp)
+    ds = resolve_gpu(gpu)
+    if ds is not None:  # a TP size the heads allow (an engine may span nodes)
+        check_parts(spec, ds, tp, -(-tp // MAX_GPUS_PER_NODE.get(ds.device, SXM_GPUS_PER_NODE)), tp)
+    return Target(spec=spec, datasheet=ds, dtype=dtype, tp=tp)
 
 
 # ---------------------------------------------------------------- reading

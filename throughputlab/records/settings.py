@@ -230,6 +230,12 @@ class BenchSpec(_Section):
         """What one key cannot say alone."""
         if self.generation.backend == "openai" and not self.generation.url and self.run_gen:
             raise UserError("--backend openai needs --url (generation.url), e.g. --url http://127.0.0.1:8000/v1")
+        if self.generation.backend != "openai" and self.run_gen:
+            for flag, value in (("--url", self.generation.url), ("--served-model", self.generation.served_model)):
+                if value:
+                    raise UserError(f"{flag} goes with --backend openai (an endpoint to measure); the "
+                                    f"{self.generation.backend} backend runs the model here: add --backend openai "
+                                    f"or drop {flag}")
         if self.generation.tensor_parallel > 1 and self.generation.backend != "vllm" and self.run_gen:
             raise UserError(f"--tensor-parallel {self.generation.tensor_parallel} needs --backend vllm "
                             "(generation.tensor_parallel): the hf backend runs on one device")
