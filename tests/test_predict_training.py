@@ -88,3 +88,25 @@ def test_cli_bogus_checkpointing():
     assert r.exit_code == 2
     lines = [x for x in r.output.strip().splitlines() if x]
     assert len(lines) == 1 and "--activation-checkpointing bogus" in lines[0]
+
+
+def test_a_mixture_of_experts_trains_at_a_share_of_the_dense_rate_that_follows_its_experts_and_the_device():
+    """Fine experts (Qwen3-30B-A3B: 0.38x the hidden size) train at 0.30 of a dense model's share of the peak on an
+    H100 (published Megatron runs); the extra time is memory traffic, so on an H20 (0.13x the H100's FLOP/s per
+    byte/s) the share is far higher; a dense model is untouched."""
+    from throughputlab.records.peaks import balance_vs_reference, lookup, peak_flops
+
+    moe = resolve_model("qwen3-30b-a3b").spec
+    costs = rf.Costs.from_spec(moe, 2)
+    assert rf.moe_train_share(costs)[0] == pytest.approx(0.30, abs=1e-9)
+    h20 = balance_vs_reference(lookup("h20"), "bfloat16")
+    assert h20 == pytest.approx((148e12 / 4.0e12) / (989e12 / 3.35e12), rel=0.05)
+    assert rf.moe_train_share(costs, h20)[0] == pytest.approx(1 / (1 + (1 / 0.30 - 1) * h20))
+    assert rf.moe_train_share(rf.Costs.from_spec(resolve_model("llama3.1-8b").spec, 2)) == (1.0, "")
+    for gpu in ("h100", "h20"):
+        ds = lookup(gpu)
+        model, _, _ = analytic_model(moe, gpu)
+        dense_share = rf.train_mfu(ds.device, "bfloat16")[0]
+        share = rf.moe_train_share(costs, balance_vs_reference(ds, "bfloat16"))[0]
+        phi = model.train.phi_flops_per_s
+        assert phi == pytest.approx(dense_share * share * peak_flops(ds, "bfloat16"), rel=1e-9)

@@ -30,7 +30,14 @@ from throughputlab.predict_engine import EngineOptions, check_parts, engine_line
 from throughputlab.records.base import now_iso
 from throughputlab.records.fit import GenerationFit, ParamEstimate, Peaks
 from throughputlab.records.machine import Environment, Hardware
-from throughputlab.records.peaks import INTER_NODE_BYTES_PER_S, device_names, link_bandwidth, lookup, peak_flops
+from throughputlab.records.peaks import (
+    INTER_NODE_BYTES_PER_S,
+    balance_vs_reference,
+    device_names,
+    link_bandwidth,
+    lookup,
+    peak_flops,
+)
 from throughputlab.records.profile import EngineInfo, GenPoint, GenPrediction, Profile, TrainPoint, TrainPrediction
 from throughputlab.records.settings import SweepSettings
 from throughputlab.roofline import ADAM_BYTES_PER_PARAM, Costs
@@ -95,11 +102,15 @@ def fsdp_exposed(nodes: int, eff: Efficiencies) -> tuple[float, str]:
     return rf.fsdp_exposed_share(nodes)
 
 
-def train_mfu(device: str, dtype: str, eff: Efficiencies) -> tuple[float, str]:
-    """Training FLOP/s share of peak: as calibrated, else the device family's published figure."""
+def train_mfu(device: str, dtype: str, eff: Efficiencies, costs: Optional[Costs] = None) -> tuple[float, str]:
+    """Training FLOP/s share of peak: as calibrated, else the device family's published figure (for a
+    mixture-of-experts model, times its share of a dense model's: roofline.moe_train_share)."""
     if eff.train_phi_measured:
         return eff.train_phi, f"calibrated ({eff.source})"
-    return rf.train_mfu(device, dtype)
+    mfu, source = rf.train_mfu(device, dtype)
+    balance = balance_vs_reference(lookup(device), dtype)
+    share, why = rf.moe_train_share(costs, balance) if costs is not None else (1.0, "")
+    return mfu * share, source + (f"; {why}" if why else "")
 
 
 def _model_checkpointing(mode) -> Union[bool, str]:
@@ -141,7 +152,7 @@ def analytic_model(spec: ModelSpec, gpu: str, dtype: str = "bfloat16", eff: Effi
                             t_seq_s=eff.decode_t_seq_s,
                             bw_attn_bytes_per_s=eff.attention_bw * ds.memory_bandwidth_bytes_per_s if eff.attention_bw else None),
         prefill=PrefillParams(t0_s=eff.prefill_t0_s, bw_bytes_per_s=bw, phi_flops_per_s=eff.prefill_phi * phi_peak),
-        train=TrainParams(t0_s=eff.train_t0_s, phi_flops_per_s=train_mfu(ds.device, dtype, eff)[0] * phi_peak,
+        train=TrainParams(t0_s=eff.train_t0_s, phi_flops_per_s=train_mfu(ds.device, dtype, eff, costs)[0] * phi_peak,
                           mem0_bytes=rf.fsdp_memory_per_rank_bytes(costs, layout.gpus, 0, 0.0),
                           mem_per_sample_bytes=None, device_memory_bytes=mem),
         kv_cache_tokens=kv_tokens, tp=layout.tp, train_devices=layout.gpus, nodes=layout.nodes,
@@ -300,7 +311,7 @@ def predict_analytic(spec: ModelSpec, gpu: str, *, dtype: str = "bfloat16", cali
         family = device_family(hw.device_name)
         model.gen_spread = published_spread("generation", family, layout.tp)
         model.train_spread = published_spread("training", family, 1)
-    mfu, mfu_source = train_mfu(hw.device_name, dtype, eff)
+    mfu, mfu_source = train_mfu(hw.device_name, dtype, eff, model.costs)
     exposed, exposed_source = fsdp_exposed(layout.nodes, eff)
     assumptions = eff.describe() + engine_lines(model.engine, model.kv_cache_tokens, kv_seqs, prompt_len, output_len) + [
         "generation: an engine runs min(concurrency, KV-cache sequences, max_num_seqs) at once and queues the rest",

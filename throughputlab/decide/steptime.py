@@ -40,7 +40,7 @@ from throughputlab.decide.shape import (  # noqa: F401  (re-exported: the shape'
     TrainShape,
 )
 from throughputlab.errors import UserError
-from throughputlab.records.peaks import lookup, peak_flops
+from throughputlab.records.peaks import balance_vs_reference, lookup, peak_flops
 from throughputlab.roofline import Costs
 from throughputlab.roofline import rl as rf_rl
 from throughputlab.throughput import ThroughputModel
@@ -393,16 +393,16 @@ class _RatedLayout(MegatronLayout):
 
 def backend_train_model(model: ThroughputModel, backend: str, device: Optional[str] = None
                         ) -> tuple[ThroughputModel, str]:
-    """Megatron on a predicted profile of ``device`` (the profile's datasheet row): the training FLOP/s at
-    Megatron's share of the peak instead of FSDP's (roofline.backend_train_rate). A fitted profile, a device
-    with no datasheet row, or a rate that is not that row's FSDP share (calibrated) keeps its rate."""
+    """Megatron on a predicted profile of ``device``: the training FLOP/s at Megatron's share of the peak instead of
+    FSDP's (roofline.backend_train_rate); a fitted, unknown-device or calibrated profile keeps its rate."""
     t = model.require("train")
     if backend != "megatron" or model.source == "fit":
         return model, f"training at the profile's {'measured' if model.source == 'fit' else 'FSDP'} FLOP/s"
     dtype = {2: "bfloat16", 1: "fp8"}.get(model.costs.bytes_per_param, "float32")
     ds = lookup(device) if device else None
-    peak = peak_flops(ds, dtype) if ds is not None else None
-    if not peak or abs(rf.train_mfu(ds.device, dtype)[0] * peak - t.phi_flops_per_s) > 1e-6 * t.phi_flops_per_s:
+    peak, fsdp_share = (peak_flops(ds, dtype), rf.train_mfu(ds.device, dtype)[0] * rf.moe_train_share(
+        model.costs, balance_vs_reference(ds, dtype))[0]) if ds is not None else (None, 0.0)
+    if not peak or abs(fsdp_share * peak - t.phi_flops_per_s) > 1e-6 * t.phi_flops_per_s:
         return model, ("training at the profile's stated FLOP/s (" + (f"{device or 'the profile names no device'}: no "
                        "datasheet row" if ds is None
                        else f"not the {ds.device} row's FSDP share") + ": kept)")

@@ -102,6 +102,21 @@ def peak_flops(peak: Optional[DatasheetPeak], dtype: str) -> Optional[float]:
     return peak.flops_per_s.get(aliases.get(dtype, dtype))
 
 
+BALANCE_REFERENCE = "H100 SXM"  # the device the published MoE training shares were measured on
+
+
+def balance_vs_reference(peak: Optional[DatasheetPeak], dtype: str) -> float:
+    """A device's FLOP/s per byte/s of memory bandwidth at ``dtype`` over the H100 SXM's (1 where unknown): how
+    much more (or less) a memory-bound overhead weighs against compute than on the reference device."""
+    ref = lookup(BALANCE_REFERENCE)
+    mine, theirs = peak_flops(peak, dtype), peak_flops(ref, dtype)
+    if not mine or not theirs:
+        mine, theirs = peak_flops(peak, "bfloat16"), peak_flops(ref, "bfloat16")
+    if not mine or not theirs or peak is None or not peak.memory_bandwidth_bytes_per_s:
+        return 1.0
+    return (mine / peak.memory_bandwidth_bytes_per_s) / (theirs / ref.memory_bandwidth_bytes_per_s)
+
+
 # Links between devices, for predictions without a collective benchmark: the per-GPU
 # unidirectional bandwidth of the intra-node fabric, and of the inter-node network.
 # (key, intra-node bytes/s, source)

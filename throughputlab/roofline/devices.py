@@ -3,6 +3,7 @@ all-reduces, FSDP's traffic and memory per rank."""
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import numpy as np
@@ -202,6 +203,42 @@ def train_mfu(device: str, dtype: str, backend: str = "fsdp") -> tuple[float, st
         if device.startswith(prefix) and d == width:
             return mfu, source
     return TRAIN_MFU_FALLBACK, f"no published FSDP run for {device} {dtype}: the {TRAIN_MFU_FALLBACK:.0%} fallback"
+
+
+# Mixture-of-experts training reaches a smaller share of the peak than a dense model of the same software and GPU:
+# each expert's GEMMs are as narrow as the expert, and routing, token permutation and the all-to-alls add work the
+# model FLOPs do not count. The finer the experts, the lower. MoE MFU / dense MFU in the same release, on the
+# same GPU and precision, active FLOPs counted (Megatron-Bridge docs/performance-summary.md and its archive;
+# NVIDIA/dgxc-benchmarking 25.05.x READMEs):
+# fine-grained, expert width <= 0.4 x hidden: DeepSeek-V3 (0.29) against Llama 3.1 405B on H100 BF16, 16.55% vs
+#   55.34% MFU (dgxc 25.05.x): 0.30; Megatron-Bridge 26.04.01 on H100 FP8, Qwen3-30B-A3B (0.375) 10.4% and
+#   Qwen3-235B-A22B (0.375) 12.8% against Llama 3 70B 36.9%: 0.28 and 0.35 (25.11: 0.17 and 0.32). 0.30 taken.
+# coarse, expert width >= 3.5 x hidden: Mixtral 8x7B (3.5) against Llama 3 70B, FP8, on GB200 (NeMo 25.04) 0.82
+#   and B200 (25.02) 0.87; Grok-1 (5.3) against Llama 3.1 405B on H100 (dgxc 25.05.x) 0.98 BF16, 0.76 FP8. 0.82.
+# Between, log-linear in the width (Llama 4 Maverick, 1.6: 0.63 on the line; 0.56 FP8 and 0.74 BF16 published).
+# Taken for FSDP runs too: no published FSDP MoE run pairs with a dense one. These were measured on H100-class
+# devices, where a narrow expert's GEMM at a training micro-batch's few hundred tokens per expert sits below the
+# ridge point (memory-bound), as do the permutations: the extra time is memory traffic. On a device with less
+# compute per byte of bandwidth it weighs less against the compute (an H20 has 0.13x the H100's FLOP/s per
+# byte/s), so the extra time (1/share - 1) scales with the device's balance over the H100's.
+MOE_TRAIN_SHARE_FINE = (0.4, 0.30)  # (expert width / hidden, MoE MFU / dense MFU) on H100-class devices
+MOE_TRAIN_SHARE_COARSE = (3.5, 0.82)
+
+
+def moe_train_share(costs, balance: float = 1.0) -> tuple[float, str]:
+    """The training FLOP/s of a mixture-of-experts model as a share of a dense model's (1 for dense), from its
+    experts' width over the hidden size, on a device whose FLOP/s per byte/s is ``balance`` x the H100's
+    (records.peaks.balance_vs_reference); and what it rests on."""
+    if not costs.moe_num_experts or not costs.hidden_size or not costs.moe_expert_bytes:
+        return 1.0, ""
+    width = costs.moe_expert_bytes / costs.bytes_per_param / (3.0 * costs.hidden_size ** 2)
+    (w0, s0), (w1, s1) = MOE_TRAIN_SHARE_FINE, MOE_TRAIN_SHARE_COARSE
+    t = min(max(math.log(width / w0) / math.log(w1 / w0), 0.0), 1.0)
+    on_h100 = s0 + t * (s1 - s0)
+    share = 1.0 / (1.0 + (1.0 / on_h100 - 1.0) * balance)
+    return share, (f"x {share:.2f} for experts {width:.2f}x the hidden size wide (MoE MFU over dense in published "
+                   f"Megatron runs on H100s: 0.30 at 0.4x and below, 0.82 at 3.5x and above; here {on_h100:.2f}, its "
+                   f"extra time scaled by this device's FLOP/s per byte/s, {balance:.2f}x the H100's)")
 
 
 def backend_train_rate(phi_fsdp: float, device: str, dtype: str, backend: str) -> tuple[float, float, str]:
