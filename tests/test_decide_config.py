@@ -156,3 +156,19 @@ def test_the_json_records_the_config_and_the_flags_that_override_it(q7_16xh100, 
     assert any(line.startswith("group = ") for line in cfg["settings"])
     assert "  --group 4 overrides the config's group = " in text and "--prompts 64,128 overrides" in text
     assert d["rows"][0]["step"]["group"] == 4
+
+
+def test_openrlhf_deepspeed_sleep_is_priced_and_dtensor_offload_named():
+    from throughputlab.decide.runconfig import decide_data
+    from throughputlab.rlconfig import read_run_config
+
+    rc = read_run_config(DATA / "openrlhf_ppo_colocated.sh")
+    assert rc.states_sleep is True
+    data, used, _ = decide_data(rc)
+    assert data["shape"]["train"]["offload_param_copies"] == 2 and data["shape"]["train"]["offload_optimizer_copies"] == 2
+    assert any("--deepspeed_enable_sleep" in u for u in used)
+    off = read_run_config(NEMO / "grpo-qwen2.5-7b-2n8g-split.yaml")
+    if off.param_offload:
+        assert any("dtensor cpu_offload" in m for m in decide_data(off)[2])
+    fake = off.model_copy(update={"param_offload": True, "train_strategy": "fsdp2"})
+    assert any("dtensor cpu_offload" in m for m in decide_data(fake)[2])

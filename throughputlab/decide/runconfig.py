@@ -133,6 +133,10 @@ def offload_knobs(rc, put) -> None:
         put("shape.train.offload_grad_copies", 2, "NeMo-RL colocated: fp32 gradients offloaded and reloaded")
         put("shape.train.offload_optimizer_copies", 2, "NeMo-RL colocated: the optimizer offloaded and reloaded")
         return
+    if rc.states_sleep and not rc.param_offload:
+        put("shape.train.offload_param_copies", 2, "--deepspeed_enable_sleep: the policy's parameters offloaded while "
+            "the engines generate and reloaded (the reference's and critic's too, not priced)")
+        put("shape.train.offload_optimizer_copies", 2, "--deepspeed_enable_sleep: the optimizer state likewise")
     if rc.param_offload:
         put("shape.train.offload_param_copies", 4, "param_offload: reloaded and offloaded around the log-prob "
             "pass and the update")
@@ -162,6 +166,9 @@ def _not_modelled(rc: RunConfig) -> list[str]:
                    "fits the longest sequence")
     if (rc.sequence_parallel or 1) > 1:
         out.append(f"sequence parallelism of {rc.sequence_parallel}: not modelled (training as FSDP alone)")
+    if rc.framework == "nemo-rl" and rc.param_offload and rc.train_strategy != "megatron":
+        out.append("dtensor cpu_offload: FSDP2 streams the parameters from host memory into every forward and "
+                   "backward; priced as the colocated step's copies only, so training is optimistic")
     if rc.optimizer_on_cpu:
         out.append("the optimizer step on the CPU: its time is not modelled (only the state's copies over the "
                    "host link)")

@@ -83,6 +83,7 @@ class RunConfig(BaseModel):
     param_offload: Optional[bool] = None  # parameters leave the GPU between phases
     optimizer_offload: Optional[bool] = None  # optimizer state leaves the GPU between phases
     optimizer_on_cpu: Optional[bool] = None  # the optimizer step itself runs on the CPU
+    states_sleep: Optional[bool] = None  # the trainer's states leave the GPU while the engines generate (DeepSpeed sleep)
     activation_checkpointing: Optional[Checkpointing] = None
     train_dtype: Optional[str] = None  # bf16, fp16, fp32, fp8
     lora_rank: Optional[int] = None  # 0: full fine-tuning

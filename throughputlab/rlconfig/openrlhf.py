@@ -136,7 +136,7 @@ def _generation_and_cluster(ctx: Ctx, roles: dict, ray: bool) -> None:
     ctx.float("--vllm_gpu_memory_utilization", "gpu_memory_utilization", lo=0.01, hi=1.0)
     ctx.bool("--enforce_eager", "enforce_eager")
     ctx.bool("--vllm_enable_sleep", note="the engines free their memory while the models train (colocation)")
-    ctx.bool("--deepspeed_enable_sleep", note="the models free their memory while the engines generate")
+    ctx.bool("--deepspeed_enable_sleep", "states_sleep", note="the models free their memory while the engines generate")
     together = ctx.bool("--colocate_all_models", note="every model and the engines share the actor's GPUs")
     actor_ref = ctx.bool("--colocate_actor_ref", note="actor and reference share GPUs")
     critic_reward = ctx.bool("--colocate_critic_reward", note="critic and reward model share GPUs")
