@@ -156,6 +156,9 @@ def test_the_json_records_the_config_and_the_flags_that_override_it(q7_16xh100, 
     assert any(line.startswith("group = ") for line in cfg["settings"])
     assert "  --group 4 overrides the config's group = " in text and "--prompts 64,128 overrides" in text
     assert d["rows"][0]["step"]["group"] == 4
+    # veRL's mini-batch counts prompts: at --group 4 its sequences follow
+    mini = next(k["value"] for k in cfg["read"] if k["key"] == "actor_rollout_ref.actor.ppo_mini_batch_size")
+    assert f"{mini} prompts x --group 4 = {mini * 4} sequences per optimizer step" in text
 
 
 def test_openrlhf_deepspeed_sleep_is_priced_and_dtensor_offload_named():

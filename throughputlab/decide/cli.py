@@ -206,6 +206,8 @@ def decide(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, 
         if "placement" in typed:  # the flag's placement replaces the config's, with its knobs
             runconfig.drop_placement(base)
             lines.append(f"  --placement {flags['placement']} replaces the config's placement and its GPU split")
+        if "group" in typed and config_record["framework"] == "verl":
+            lines += [x for x in [runconfig.regroup(base, flags["group"])] if x]
         lines += runconfig.overridden_lines(base, {flag_names(ctx)[k]: (DECIDE_FLAGS[k], v) for k, v in typed.items()
                                                    if k in DECIDE_FLAGS and k != "placement"})
         click.echo("\n".join(lines) + "\n", err=print_spec)  # with --print-spec, stdout is the spec file

@@ -214,6 +214,18 @@ def drop_placement(data: dict) -> None:
         shape.pop(key, None)
 
 
+def regroup(data: dict, group: int) -> Optional[str]:
+    """veRL counts ppo_mini_batch_size in prompts: with --group G over the config's n, the mini-batch in sequences
+    follows G (the line saying so), where the config gave both."""
+    old, train = data.get("group"), data.get("shape", {}).get("train", {})
+    mini = train.get("mini_batch_samples")
+    if not old or not mini or mini % old or group == old:
+        return None
+    train["mini_batch_samples"] = mini // old * group
+    return (f"  ppo_mini_batch_size counts prompts (veRL): {mini // old} prompts x --group {group} = "
+            f"{mini // old * group} sequences per optimizer step")
+
+
 def overridden_lines(data: dict, flags: dict[str, tuple[str, Any]]) -> list[str]:
     """One line per flag that replaces a setting the config gave: ``{flag: (settings key, value)}``."""
     out = []
