@@ -35,16 +35,20 @@ import numpy as np
 import yaml
 from pydantic import BaseModel
 
-import throughputlab
-from throughputlab import __version__
-from throughputlab import roofline as rf
-from throughputlab.errors import UserError
-from throughputlab.fit.schema import load_fit
-from throughputlab.models import preset_names, resolve_model
-from throughputlab.models.spec import ModelSpec, spec_from_config
-from throughputlab.predict import Layout, predict_analytic
-from throughputlab.records.peaks import lookup
-from throughputlab.spread import device_family, kind_keys, published_spread
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path[:1]:
+    sys.path.insert(0, str(ROOT))  # the working tree's library, not another installed copy
+
+import throughputlab  # noqa: E402
+from throughputlab import __version__  # noqa: E402
+from throughputlab import roofline as rf  # noqa: E402
+from throughputlab.errors import UserError  # noqa: E402
+from throughputlab.fit.schema import load_fit  # noqa: E402
+from throughputlab.models import preset_names, resolve_model  # noqa: E402
+from throughputlab.models.spec import ModelSpec, spec_from_config  # noqa: E402
+from throughputlab.predict import Layout, predict_analytic  # noqa: E402
+from throughputlab.records.peaks import lookup  # noqa: E402
+from throughputlab.spread import device_family, kind_keys, published_spread  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR = ROOT / "benchmarks" / "data" / "published"

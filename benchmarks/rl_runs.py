@@ -45,6 +45,7 @@ from throughputlab.decide.cli import build_spec  # noqa: E402
 from throughputlab.decide.lengths import parse_length_dist  # noqa: E402
 from throughputlab.errors import UserError  # noqa: E402
 from throughputlab.predict import Layout, predict_analytic  # noqa: E402
+from throughputlab.predict_engine import EngineOptions  # noqa: E402
 from throughputlab.records.peaks import lookup  # noqa: E402
 from throughputlab.rlconfig import read_run_config  # noqa: E402
 
@@ -300,10 +301,16 @@ def _config_for(run: Run, meas: Measurement) -> tuple[Path, list[str]]:
     return run.path / name, notes
 
 
-def _profile(spec, device: str, dtype: str, layout: Layout, tmp: Path) -> str:
-    out = tmp / f"{spec.name}-{device}-{dtype}-{layout.gpus}-{layout.nodes}-{layout.tp}.json".replace(" ", "_")
+# The vLLM each NeMo-RL release pins (pyproject.toml `vllm==` at the tag: v0.3.0 0.9.0, v0.4.0 0.10.0, v0.5.0
+# 0.11.2): before 0.14, no async scheduling unless asked, and NeMo-RL does not ask. v0.6 not read: its rows take
+# a current engine.
+NEMO_RL_VLLM = {"v0.3": "0.9.0", "v0.4": "0.10.0", "v0.5": "0.11.2"}
+
+
+def _profile(spec, device: str, dtype: str, layout: Layout, tmp: Path, vllm: Optional[str] = None) -> str:
+    out = tmp / f"{spec.name}-{device}-{dtype}-{layout.gpus}-{layout.nodes}-{layout.tp}-{vllm}.json".replace(" ", "_")
     if not out.exists():
-        predict_analytic(spec, device, dtype=dtype, layout=layout).save(out)
+        predict_analytic(spec, device, dtype=dtype, layout=layout, engine=EngineOptions(engine_version=vllm)).save(out)
     return str(out)
 
 
@@ -376,8 +383,10 @@ def predict_row(run: Run, meas: Measurement, tmp: Path, capped: bool) -> Row:
         spec = model_spec(spec_name)
         # predict's layout keeps TP within a node; decide takes the config's engine TP, across nodes too
         per_node = max(run.gpus // nodes, 1)
+        vllm = NEMO_RL_VLLM.get(meas.id.split("-")[0]) if run.framework == "nemo-rl" else None
+        row.inputs["vllm"] = vllm
         profile = _profile(spec, ds.device, dtype,
-                           Layout(gpus=run.gpus, nodes=nodes, tp=tp if tp <= per_node else per_node).check(), tmp)
+                           Layout(gpus=run.gpus, nodes=nodes, tp=tp if tp <= per_node else per_node).check(), tmp, vllm)
         decision = decide_from_spec(build_spec(None, base, profile=profile, **flags))[0]
     except UserError as e:
         row.reason = f"the library refuses it: {e}"

@@ -12,7 +12,7 @@ from conftest import run_main
 from throughputlab import roofline as rf
 from throughputlab.fit import load_fit, load_model
 from throughputlab.models import resolve_model
-from throughputlab.predict import Layout, generation_table, predict_analytic
+from throughputlab.predict import Layout, analytic_model, generation_table, predict_analytic
 from throughputlab.predict_engine import EngineOptions
 from throughputlab.records.peaks import lookup
 from throughputlab.roofline import Costs
@@ -275,3 +275,33 @@ def test_a_long_context_predicts_with_rope_scaling_and_is_refused_without():
     pred = predict_analytic(resolve_model("qwen2.5-7b").spec, "a100 80gb sxm", concurrency=(1,), prompt_len=63488,
                             output_len=2048, engine=EngineOptions(max_model_len=65536, rope_scaling="yarn:4"))
     assert pred.generation[0].status == "ok" and pred.model.context_limit == 131072  # the profile keeps the scaling
+
+
+def test_vllm_without_async_scheduling_adds_host_time_per_running_sequence():
+    """vLLM before 0.14 schedules while the GPU waits: a decode step grows by 13 us per running sequence (vLLM PR
+    #23914's in-process A100 sweep); from 0.14, or asked for, or another engine: nothing added."""
+    assert rf.sync_host_per_seq_s("vllm", "0.9.0") == rf.SYNC_HOST_PER_SEQ_S == 13e-6
+    assert rf.sync_host_per_seq_s("vllm", "0.14.0") == rf.sync_host_per_seq_s("vllm", None) == 0.0
+    assert rf.sync_host_per_seq_s("vllm", "0.9.0", async_scheduling=True) == 0.0
+    assert rf.sync_host_per_seq_s("vllm", "0.20.1", async_scheduling=False) == 13e-6
+    assert rf.sync_host_per_seq_s("sglang", "0.4.6") == rf.sync_host_per_seq_s("trtllm", "0.19.0") == 0.0
+    spec = resolve_model("llama3.1-8b").spec
+    steps = {}
+    for label, opts in (("sync", EngineOptions(engine_version="0.9.0")),
+                        ("async", EngineOptions(engine_version="0.9.0", async_scheduling=True))):
+        model, _, _ = analytic_model(spec, "h100", engine=opts)
+        steps[label] = [model.decode_step_s(c, 600) for c in (1, 64, 256)]
+    for c, sync, asy in zip((1, 64, 256), steps["sync"], steps["async"]):
+        assert sync - asy == pytest.approx(13e-6 * c, rel=1e-6)
+
+
+def test_async_scheduling_is_a_predict_setting_and_a_bad_value_is_one_line():
+    from conftest import refused
+
+    r = run_main("predict", "--model", "llama3.1-8b", "--gpu", "h100", "-c", "1", "--engine-version", "0.9.0")
+    assert r.exit_code == 0 and "no async scheduling: +13 us of host time per running sequence" in r.output
+    r = run_main("predict", "--model", "llama3.1-8b", "--gpu", "h100", "-c", "1", "--engine-version", "0.9.0",
+                 "--async-scheduling")
+    assert r.exit_code == 0 and "; async scheduling" in r.output
+    refused("predict", "--model", "llama3.1-8b", "--gpu", "h100", "--set", "engine.async_scheduling=maybe",
+            fragments=("engine.async_scheduling",))

@@ -57,6 +57,7 @@ class EngineOptions(BaseModel):
     kv_cache_dtype: str = "auto"
     enforce_eager: bool = False
     engine_version: Optional[str] = None  # vLLM before 0.8 runs its V0 engine: more host time a decode step
+    async_scheduling: Optional[bool] = None  # vLLM: None = the version's default (off before 0.14)
     max_num_batched_tokens: Optional[int] = None
     rope_scaling: Optional[str] = None  # TYPE:FACTOR, as vLLM's --hf-overrides '{"rope_scaling": ...}' sets it
 
@@ -147,7 +148,7 @@ def resolve(opts: EngineOptions, spec: ModelSpec, ds: DatasheetPeak, tp: int, pr
     return rf.EngineSettings(name=name, memory_fraction=frac, max_num_seqs=seqs, max_num_batched_tokens=tokens,
                              max_model_len=max_len, kv_cache_dtype=opts.kv_cache_dtype, kv_cache_gib=opts.kv_cache_gib,
                              enforce_eager=opts.enforce_eager, block_tokens=rf.BLOCK_TOKENS[name],
-                             version=opts.engine_version)
+                             version=opts.engine_version, async_scheduling=opts.async_scheduling)
 
 
 def size_kv(settings: rf.EngineSettings, costs: rf.Costs, tp: int, device_bytes: Optional[float]) -> tuple[
@@ -185,6 +186,12 @@ def engine_lines(settings: rf.EngineSettings, kv_tokens: Optional[int], kv_seqs:
     if s.version:
         mode += (f"; version {s.version}" + (f", its V0 engine: +{v0 * 1e3:.2g} ms of host time a decode step "
                                               "(roofline.engine.V0_STEP_HOST_S)" if v0 else ""))
+    sync = rf.sync_host_per_seq_s(s.name, s.version, s.async_scheduling)
+    if sync:
+        mode += (f"; no async scheduling: +{sync * 1e6:.2g} us of host time per running sequence a decode step "
+                 "(roofline.engine.SYNC_HOST_PER_SEQ_S)")
+    elif s.name == "vllm":
+        mode += "; async scheduling"
     frac = {"vllm": "gpu_memory_utilization", "sglang": "mem_fraction_static",
             "trtllm": "kv_cache_free_gpu_memory_fraction"}[s.name]
     lines = [f"engine: {s.name} ({frac} {s.memory_fraction:g}, max_num_seqs {s.max_num_seqs}, max_num_batched_tokens "

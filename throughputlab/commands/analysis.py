@@ -80,7 +80,7 @@ PREDICT_FLAGS = {
     "gpu_memory_utilization": "engine.gpu_memory_utilization", "max_num_seqs": "engine.max_num_seqs",
     "max_model_len": "engine.max_model_len", "kv_cache_gib": "engine.kv_cache_gib",
     "kv_cache_dtype": "engine.kv_cache_dtype", "enforce_eager": "engine.enforce_eager",
-    "engine_version": "engine.engine_version",
+    "engine_version": "engine.engine_version", "async_scheduling": "engine.async_scheduling",
     "max_num_batched_tokens": "engine.max_num_batched_tokens", "rope_scaling": "engine.rope_scaling",
 }
 
@@ -130,6 +130,10 @@ def predict_option(*decls: str, **kw):
 @predict_option("--engine-version", "engine_version", shown="the current engines (vLLM V1)",
                 help="Analytic prediction: the engine's version, e.g. 0.6.3; vLLM before 0.8 (its V0 engine) adds "
                      "2.4 ms of host time to every decode step.")
+@predict_option("--async-scheduling/--no-async-scheduling", "async_scheduling",
+                shown="the version's: on from vLLM 0.14 (and for a version not given), off before",
+                help="Analytic prediction, vLLM: whether the engine schedules the next step while the GPU runs this "
+                     "one; without it every decode step adds 13 us of host time per running sequence.")
 @predict_option("--max-num-batched-tokens", "max_num_batched_tokens", type=int,
                 shown="the engine's: vLLM 8192 on 70+ GiB GPUs other than A100, else 2048; SGLang 8192; "
                       "TensorRT-LLM 8192",

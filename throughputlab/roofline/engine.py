@@ -56,6 +56,16 @@ GRAPH_STEP_S = 0.55e-3
 # multi-step scheduling: "about 4ms of GPU bubble" a decode step, model and batch not stated.)
 V0_STEP_HOST_S = 2.4e-3
 V1_DEFAULT_VERSION = (0, 8)
+# vLLM without async scheduling (before 0.14, where it became the default: vLLM PR #27614; DJL issue #3833 for the
+# release) schedules step N+1, prepares its inputs and turns step N's sampled tokens into request outputs while the
+# GPU waits: host work that grows with the running sequences and adds to every decode step. vLLM PR #23914 (A100,
+# TP 2, engine in the caller's process as RL frameworks run it, 512 output tokens): overlapping the scheduling alone
+# raised tokens/s by 1.1%, 2.3%, 4.2% and 5.4% at batch 32, 64, 128 and 256, i.e. 0.35 ms of a ~32 ms step at 32
+# and 3.4 ms of a ~63 ms step at 256: 13 us per running sequence. Per-token log-probs (RL frameworks ask for them)
+# add more host work per sequence (vLLM PR #57442: 0.67-0.73x tokens/s at 64-512 on a small model, serving path);
+# not added here, no offline measurement.
+SYNC_HOST_PER_SEQ_S = 13e-6
+ASYNC_SCHEDULING_DEFAULT_VERSION = (0, 14)
 EAGER_LAYER_S = {"vllm": 0.80e-3, "sglang": 0.29e-3, "trtllm": 0.80e-3}
 # A weight GEMM of a decode step costs a fixed ~4 us above its bytes' time (onnxruntime issue #32382,
 # H100, M=1 GEMV kernels at decode shapes: 6.3-14 us for 1.6-14 MB, 16-62% of the achievable
@@ -91,6 +101,7 @@ class EngineSettings(BaseModel):
     enforce_eager: bool = False
     block_tokens: int = 16
     version: Optional[str] = None  # the engine's version where it changes the step (vLLM before 0.8: V0)
+    async_scheduling: Optional[bool] = None  # vLLM: None = its version's default (on from 0.14)
     kv_rule: str = ""  # the rule (and source) that sized the KV cache, as printed
     kv_cache_bytes_per_gpu: Optional[float] = None  # what the rule gave on one device
 
@@ -204,6 +215,17 @@ def engine_version_step_s(engine: str, version: Optional[str]) -> float:
     if engine != "vllm" or not version:
         return 0.0
     return V0_STEP_HOST_S if version_tuple(version)[:2] < V1_DEFAULT_VERSION else 0.0
+
+
+def sync_host_per_seq_s(engine: str, version: Optional[str], async_scheduling: Optional[bool] = None) -> float:
+    """Host time per running sequence a decode step adds: SYNC_HOST_PER_SEQ_S for vLLM without async scheduling
+    (given, or by version: off before 0.14; a version not given is a current engine, on), else 0 (SGLang's and
+    TensorRT-LLM's overlap schedulers hide it)."""
+    if engine != "vllm":
+        return 0.0
+    if async_scheduling is None:
+        async_scheduling = not version or version_tuple(version)[:2] >= ASYNC_SCHEDULING_DEFAULT_VERSION
+    return 0.0 if async_scheduling else SYNC_HOST_PER_SEQ_S
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
