@@ -90,16 +90,24 @@ def test_a_sequence_cap_bounds_prompt_plus_response(tmp_path):
     data, _, _ = decide_data(rc)
     assert data["shape"]["prompt_len"] == prompt
     assert data["shape"]["response"]["dist"].endswith(f"max={total - prompt}")
-    assert data["shape"]["engine"]["max_model_len"] == total
     # a prompt cap as large as the sequence cap says nothing of the prompt: decide's default prompt (512)
     same = rc.model_copy(update={"prompt_tokens_max": total, "response_tokens_max": None})
     data, _, _ = decide_data(same)
-    assert "prompt_len" not in data["shape"] and data["shape"]["response"]["dist"].endswith(f"max={total - 512}")
+    assert data["shape"]["prompt_len"] == 512 and data["shape"]["response"]["dist"].endswith(f"max={total - 512}")
+    small = same.model_copy(update={"sequence_tokens_max": 512, "prompt_tokens_max": 512})
+    data, _, _ = decide_data(small)  # a cap no larger than the default prompt: half of it each
+    assert data["shape"]["prompt_len"] == 256 and data["shape"]["response"]["dist"].endswith("max=256")
     # veRL states both caps and no sequence cap: unchanged
     verl = read_run_config(DATA / "verl_printed_ppo.yaml")
     data, _, _ = decide_data(verl)
     assert data["shape"]["prompt_len"] == verl.prompt_tokens_max
     assert data["shape"]["response"]["dist"].endswith(f"max={verl.response_tokens_max}")
+
+
+def test_nemo_rls_base_config_runs_alone_and_with_a_prompt_length(q7_16xh100, tmp_path):
+    for extra in ((), ("--prompt-len", "200")):
+        text, d = _decide(q7_16xh100, "--config", str(DATA / "nemo" / "grpo_base.yaml"), *extra, tmp_path=tmp_path)
+        assert d["rows"] and "Recommendation" in text
 
 
 def test_the_printout_names_the_config_keys_it_read(q7_16xh100, tmp_path):
@@ -175,3 +183,20 @@ def test_openrlhf_deepspeed_sleep_is_priced_and_dtensor_offload_named():
         assert any("dtensor cpu_offload" in m for m in decide_data(off)[2])
     fake = off.model_copy(update={"param_offload": True, "train_strategy": "fsdp2"})
     assert any("dtensor cpu_offload" in m for m in decide_data(fake)[2])
+
+
+def test_review_cases_a_comment_naming_grpoconfig_a_placement_flag_over_nemo_offload_and_trl_server(q7_16xh100,
+                                                                                                   tmp_path):
+    from throughputlab.decide.runconfig import decide_data
+    from throughputlab.rlconfig import read_run_config
+
+    cfg = tmp_path / "t.yaml"
+    cfg.write_text("# the same values as GRPOConfig(beta=0.04) in train.py\n" + (DATA / "trl_grpo.yaml").read_text())
+    assert read_run_config(cfg).framework == "trl"
+    text, d = _decide(q7_16xh100, "--config", str(NEMO / "grpo-qwen2.5-7b-2n8g-dtensor.yaml"), "--placement", "split",
+                      tmp_path=tmp_path)
+    assert "host offload" not in text and d["rows"][0]["step"]["placement"].startswith("split")
+    server = tmp_path / "server.yaml"
+    server.write_text("per_device_train_batch_size: 8\nnum_generations: 8\nuse_vllm: true\nnum_processes: 8\n")
+    data, _, missing = decide_data(read_run_config(server))
+    assert "gpus" not in data.get("cluster", {}) and any("vllm_mode server" in m for m in missing)

@@ -83,3 +83,24 @@ def test_megatrons_layout_under_fsdp_is_said_not_dropped(tmp_path, backend, said
     assert bool(notes) == said
     if said:
         assert notes[0].startswith("train tp 2, pp 2 ignored") and "--train-backend megatron" in notes[0]
+
+
+def test_megatron_on_a_mixture_of_experts_keeps_its_share_and_reads_older_profiles():
+    """A predicted MoE profile trains under Megatron at Megatron's share times the MoE share; a profile predicted
+    before the MoE share (its rate the dense FSDP share) gets the same; the note states the share it gives."""
+    from throughputlab import roofline as rf
+    from throughputlab.decide.steptime import backend_train_model
+    from throughputlab.models import resolve_model
+    from throughputlab.predict import analytic_model
+    from throughputlab.records.peaks import lookup, peak_flops
+
+    model, _, _ = analytic_model(resolve_model("qwen3-30b-a3b").spec, "h100")
+    peak = peak_flops(lookup("h100"), "bfloat16")
+    moe = rf.moe_train_share(model.costs)[0]
+    want = rf.train_mfu("H100 SXM", "bfloat16", "megatron")[0] * moe * peak
+    older = model.model_copy(update={"train": model.train.model_copy(update={
+        "phi_flops_per_s": rf.train_mfu("H100 SXM", "bfloat16")[0] * peak})})
+    for m in (model, older):
+        out, note = backend_train_model(m, "megatron", "H100 SXM")
+        assert out.train.phi_flops_per_s == pytest.approx(want, rel=1e-9)
+        assert f"Megatron training at {want / peak:.0%} of the H100 SXM" in note and "mixture of experts" in note

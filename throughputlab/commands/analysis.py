@@ -252,7 +252,11 @@ def _predict(profile_path, model, gpu, dtype, calibrate, concurrency, prompt_len
         if fit.peaks.datasheet_flops_per_s and fit.method in ("analytic", "calibrated"):
             mfu = f", MFU {m.train.phi_flops_per_s / fit.peaks.datasheet_flops_per_s:.0%}"
             if fit.method == "analytic":
-                mfu += f" ({rf.train_mfu(pred.hardware.device_name, st.dtype)[1]})"
+                from throughputlab.records.peaks import balance_vs_reference, lookup
+
+                share, why = rf.moe_train_share(m.costs, balance_vs_reference(lookup(pred.hardware.device_name),
+                                                                              st.dtype))
+                mfu += f" ({rf.train_mfu(pred.hardware.device_name, st.dtype)[1]}" + (f"; {why}" if why else "") + ")"
         click.echo(f"training, sequence length {st.seq_len}{fsdp}, activation checkpointing {ac}{mfu}:")
         click.echo(training_table(m, bs, st.seq_len).to_string(index=False, float_format=_num))
         click.echo(micro_batch_statement(fit))

@@ -13,7 +13,7 @@ import click
 from throughputlab.commands.bench_output import RichHooks, print_ranks, print_scaling, print_summary
 from throughputlab.commands.options import IntList, check_writable, default_profile_name, parse_engine_args
 from throughputlab.errors import UserError
-from throughputlab.records.settings import BenchSpec
+from throughputlab.records.settings import BenchSpec, check_endpoint
 from throughputlab.settings.options import command_layers, flag_names, given, layer_options, print_spec, setting_option
 
 # flag (click parameter name) -> the spec key it sets; the spec holds the defaults
@@ -178,6 +178,7 @@ def bench(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, .
                             "(measure generation in a run of its own)")
         if dist.nnodes > 1 and not dist.rdzv_endpoint:
             raise UserError("--nnodes above 1 needs --rdzv-endpoint HOST:PORT (node 0's address)")
+        check_endpoint(dist.rdzv_endpoint)
         if dist.node_rank >= dist.nnodes:
             raise UserError(f"--node-rank {dist.node_rank} must be below --nnodes {dist.nnodes}")
         layout = DistributedSpec(nproc_per_node=dist.nproc_per_node, nnodes=dist.nnodes, node_rank=dist.node_rank,

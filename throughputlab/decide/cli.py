@@ -204,7 +204,7 @@ def decide(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, 
         base, lines, config_record = runconfig.read(config_file, config_sets, framework)
         typed = given(ctx, flags)
         if "placement" in typed:  # the flag's placement replaces the config's, with its knobs
-            runconfig.drop_placement(base)
+            runconfig.drop_placement(base, config_record)
             lines.append(f"  --placement {flags['placement']} replaces the config's placement and its GPU split")
         if "group" in typed and config_record["framework"] == "verl":
             lines += [x for x in [runconfig.regroup(base, flags["group"])] if x]

@@ -48,7 +48,6 @@ def decide_data(rc: RunConfig) -> tuple[dict[str, Any], list[str], list[str]]:
                                   if rc.sequence_tokens_max and cap < (rc.response_tokens_max or cap + 1) else "")
             + "; the config holds no lengths, so a mean of half the cap is assumed (--response-dist "
             "with the run's mean and clip ratio, or --against its log)")
-    put("shape.engine.max_model_len", rc.sequence_tokens_max, "the engines' context: the sequence cap")
     put("shape.algo", "ppo" if rc.critic else "grpo" if rc.critic is not None else None, "a critic or not")
     put("shape.train.epochs", rc.epochs, "epochs over each batch")
     put("shape.train.mini_batch_samples", rc.train_mini_batch_sequences, "sequences per optimizer step")
@@ -80,7 +79,8 @@ def decide_data(rc: RunConfig) -> tuple[dict[str, Any], list[str], list[str]]:
     put("shape.engine.max_num_seqs", rc.max_num_seqs, "the engines' sequence cap")
     put("shape.engine.max_num_batched_tokens", rc.max_num_batched_tokens, "the engines' token budget per step")
     put("shape.engine.enforce_eager", rc.enforce_eager, "engines without CUDA graphs")
-    put("cluster.gpus", rc.gpus, "GPUs in all")
+    trl_server = rc.framework == "trl" and rc.placement == "split" and not rc.rollout_gpus
+    put("cluster.gpus", None if trl_server else rc.gpus, "GPUs in all")
     put("cluster.nodes", rc.nodes, "nodes")
     put("cluster.engine_tp", rc.rollout_tp, "GPUs per generation engine")
     put("cluster.gpu_memory_utilization", rc.gpu_memory_utilization, "the engines' memory share")
@@ -103,19 +103,18 @@ def decide_data(rc: RunConfig) -> tuple[dict[str, Any], list[str], list[str]]:
 def lengths(rc: RunConfig) -> tuple[Optional[int], Optional[int], str]:
     """(prompt tokens, response cap, what the prompt is) from the caps. Where a sequence cap bounds prompt plus
     response (NeMo-RL's max_total_sequence_length, OpenRLHF's --max_len), the response cap is what it leaves
-    after the prompt; a prompt cap as large as the sequence cap says nothing of the prompt, so decide's own
-    default prompt is used."""
+    after the prompt; a prompt cap as large as the sequence cap says nothing of the prompt, so the prompt is
+    decide's default (512) or half the sequence cap if that is less."""
     from throughputlab.decide.shape import RLShape
 
     total, prompt, cap = rc.sequence_tokens_max, rc.prompt_tokens_max, rc.response_tokens_max
     why = "the prompt cap (real prompts are often shorter: --prompt-len)"
-    if total and prompt and prompt >= total:
-        prompt = None
-    used = prompt or RLShape.model_fields["prompt_len"].default
-    if total and total > used:
-        cap = min(cap or total, total - used)
-    if prompt is None and total:
-        why = ""
+    if total and (not prompt or prompt >= total):
+        prompt = min(RLShape.model_fields["prompt_len"].default, max(total // 2, 1))
+        why = (f"not in the config (its prompt cap is the sequence cap {total}): decide's default 512 or half the "
+               "cap, whichever is less (--prompt-len)")
+    if total and prompt and total > prompt:
+        cap = min(cap or total, total - prompt)
     return prompt, cap, why
 
 
@@ -168,7 +167,10 @@ def _not_modelled(rc: RunConfig) -> list[str]:
         out.append(f"sequence parallelism of {rc.sequence_parallel}: not modelled (training as FSDP alone)")
     if rc.framework == "nemo-rl" and rc.param_offload and rc.train_strategy != "megatron":
         out.append("dtensor cpu_offload: FSDP2 streams the parameters from host memory into every forward and "
-                   "backward; priced as the colocated step's copies only, so training is optimistic")
+                   "backward; priced as copies between phases only, so training is optimistic")
+    if rc.framework == "trl" and rc.placement == "split" and not rc.rollout_gpus:
+        out.append(f"vllm_mode server: num_processes ({rc.gpus}) are the trainer's GPUs and the server's are not in "
+                   "the config; the profile's GPUs are used: give --gpus (trainer plus server) and --gen-gpus")
     if rc.optimizer_on_cpu:
         out.append("the optimizer step on the CPU: its time is not modelled (only the state's copies over the "
                    "host link)")
@@ -193,7 +195,8 @@ def describe(rc: RunConfig, used: list[str], missing: list[str]) -> list[str]:
     lines = [f"config: {rc.source} ({rc.framework}{version}): {len(rc.read)} knobs read, {len(rc.ignored)} ignored"]
     lines += [f"  read: {k}" for k in used]
     if rc.read:
-        lines.append("  keys read: " + ", ".join(f"{k.key}={_short(k.value)}" for k in rc.read))
+        lines.append("  keys read: " + ", ".join(f"{k.key}={_short(k.value)}" + (" (default)" if "not set" in k.note
+                                                                                  else "") for k in rc.read))
     lines += [f"  not modelled: {m}" for m in missing]
     by_reason: dict[str, list[str]] = {}
     for k in rc.ignored:
@@ -204,14 +207,17 @@ def describe(rc: RunConfig, used: list[str], missing: list[str]) -> list[str]:
     return lines
 
 
-def drop_placement(data: dict) -> None:
+def drop_placement(data: dict, record: dict) -> None:
     """Remove the config's placement and the knobs that go with it (``--placement`` on the command line
-    replaces them)."""
+    replaces them), NeMo-RL's colocated offload copies among them."""
     cluster, shape = data.get("cluster", {}), data.get("shape", {})
     for key in ("placement", "gen_gpus"):
         cluster.pop(key, None)
     for key in ("overlap", "off_policy_steps", "partial_rollout"):
         shape.pop(key, None)
+    if record.get("framework") == "nemo-rl" and record.get("placement") == "colocated":
+        for key in ("offload_param_copies", "offload_grad_copies", "offload_optimizer_copies"):
+            shape.get("train", {}).pop(key, None)
 
 
 def regroup(data: dict, group: int) -> Optional[str]:
@@ -288,6 +294,7 @@ def read(path: str, overrides: tuple[str, ...] = (),
     rc = read_run_config(path, overrides, framework=framework, source=f"--config {path}")
     data, used, missing = decide_data(rc)
     record = {"file": path, "framework": rc.framework, "framework_version": rc.framework_version, "model": rc.model,
+              "placement": rc.placement,
               "settings": used, "not_modelled": missing,
               "read": [k.model_dump(mode="json") for k in rc.read],
               "ignored": [k.model_dump(mode="json") for k in rc.ignored]}

@@ -393,21 +393,21 @@ class _RatedLayout(MegatronLayout):
 
 def backend_train_model(model: ThroughputModel, backend: str, device: Optional[str] = None
                         ) -> tuple[ThroughputModel, str]:
-    """Megatron on a predicted profile of ``device``: the training FLOP/s at Megatron's share of the peak instead of
-    FSDP's (roofline.backend_train_rate); a fitted, unknown-device or calibrated profile keeps its rate."""
+    """Megatron's share of the peak instead of FSDP's on a predicted profile (fitted, calibrated: kept; MoE: x share)."""
     t = model.require("train")
     if backend != "megatron" or model.source == "fit":
         return model, f"training at the profile's {'measured' if model.source == 'fit' else 'FSDP'} FLOP/s"
     dtype = {2: "bfloat16", 1: "fp8"}.get(model.costs.bytes_per_param, "float32")
     ds = lookup(device) if device else None
-    peak, fsdp_share = (peak_flops(ds, dtype), rf.train_mfu(ds.device, dtype)[0] * rf.moe_train_share(
-        model.costs, balance_vs_reference(ds, dtype))[0]) if ds is not None else (None, 0.0)
-    if not peak or abs(fsdp_share * peak - t.phi_flops_per_s) > 1e-6 * t.phi_flops_per_s:
+    peak, dense, moe = (peak_flops(ds, dtype), rf.train_mfu(ds.device, dtype)[0], rf.moe_train_share(
+        model.costs, balance_vs_reference(ds, dtype))[0]) if ds is not None else (None, 0.0, 1.0)
+    match = [m for m in (moe, 1.0) if peak and abs(dense * m * peak - t.phi_flops_per_s) <= 1e-6 * t.phi_flops_per_s]
+    if not match:
         return model, ("training at the profile's stated FLOP/s (" + (f"{device or 'the profile names no device'}: no "
-                       "datasheet row" if ds is None
-                       else f"not the {ds.device} row's FSDP share") + ": kept)")
-    phi, share, source = rf.backend_train_rate(t.phi_flops_per_s, ds.device, dtype, backend)
-    note = f"Megatron training at {share:.0%} of the {ds.device} {dtype} peak, {phi / 1e12:.0f} TFLOP/s ({source})"
+                       "datasheet row" if ds is None else f"not the {ds.device} row's FSDP share") + ": kept)")
+    phi, share, source = rf.backend_train_rate(t.phi_flops_per_s * moe / match[0], ds.device, dtype, backend)
+    note = (f"Megatron training at {phi / peak:.0%} of the {ds.device} {dtype} peak, {phi / 1e12:.0f} TFLOP/s ({source}"
+            + (f"; x {moe:.2f} for a mixture of experts" if moe < 1 else "") + ")")
     return model.model_copy(update={"train": t.model_copy(update={"phi_flops_per_s": phi})}), note
 
 

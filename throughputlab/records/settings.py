@@ -65,17 +65,14 @@ Lengths = Annotated[Optional[list[int]], BeforeValidator(_lengths)]
 PositiveInt = Annotated[int, Field(gt=0)]
 
 
-def _endpoint(value: Optional[str]) -> Optional[str]:
-    """HOST:PORT (torch.distributed.run's --rdzv-endpoint), the port a number from 1 to 65535."""
+def check_endpoint(value: Optional[str]) -> None:
+    """HOST:PORT (torch.distributed.run's --rdzv-endpoint), the port a number from 1 to 65535 (checked when a
+    run starts, not when a stored profile is read)."""
     if value is None:
-        return value
+        return
     host, sep, port = str(value).rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"expected HOST:PORT of node 0 (e.g. 10.0.0.1:29500), got {value!r}")
-    return value
-
-
-Endpoint = Annotated[Optional[str], AfterValidator(_endpoint)]
+        raise UserError(f"--rdzv-endpoint: expected HOST:PORT of node 0 (e.g. 10.0.0.1:29500), got {value!r}")
 Device = Annotated[str, AfterValidator(_device)]
 
 
@@ -179,7 +176,7 @@ class Distributed(_Section):
     nnodes: PositiveInt = Field(1, description=(
         "Machines of the training run; start the same command on each with its --node-rank."))
     node_rank: Annotated[int, Field(ge=0)] = Field(0, description="This machine's rank.")  # each machine its own
-    rdzv_endpoint: Endpoint = Field(None, description=(
+    rdzv_endpoint: Optional[str] = Field(None, description=(
         "Where the machines meet (node 0's address); needed with --nnodes above 1."))
     activation_checkpointing: bool = Field(False, description=(
         "With --nproc-per-node: recompute each decoder block's forward in the backward (non-reentrant)."))

@@ -49,7 +49,7 @@ def read_source(path: Path, src: str) -> Source:
             return Source(tree=tree, form="openrlhf", extra=extra, version=version, ray=ray)
         if any(m in text for m in VERL_MARKERS) and re.search(r"\b[\w.]+=\S", text):
             return _verl_script(text, src)
-    if "GRPOConfig(" in text:
+    if any("GRPOConfig(" in line and not line.lstrip().startswith("#") for line in text.splitlines()):
         raise UserError(f"{src}: a Python GRPOConfig(...) call; write its arguments as YAML or JSON (key: value), "
                         "the file `trl grpo --config` takes")
     data = parse_json(text, WHAT, src) if suffix == ".json" else parse_yaml(text, WHAT, src)

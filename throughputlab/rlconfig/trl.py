@@ -31,9 +31,9 @@ def read(ctx: Ctx) -> None:
     gas = ctx.int("gradient_accumulation_steps", note="micro-steps per optimizer step")
     procs = ctx.int("num_processes", "gpus", note="accelerate's processes: one training GPU each")
     if procs is None and pd is not None and not ctx.stated("generation_batch_size"):
-        raise ctx.fail("num_processes", "not set, and TRL's batch is per_device_train_batch_size x num_processes "
-                       "(accelerate's) x steps_per_generation: give it in the file or with --config-set "
-                       "num_processes=N")
+        raise UserError(f"{ctx.src}: num_processes: not set, and TRL's batch is per_device_train_batch_size x "
+                        "num_processes (accelerate's) x steps_per_generation: give it in the file or with "
+                        "--config-set num_processes=N")
     machines = ctx.int("num_machines", "nodes")
     if procs is not None and machines:
         ctx.set("gpus_per_node", procs // machines, "num_machines")
