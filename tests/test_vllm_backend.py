@@ -137,8 +137,10 @@ def test_sweep_runner_with_telemetry_and_pyspy(engine, tmp_path):
     extras = Extras(telemetry=lambda pids: TelemetrySampler(pids, hz=20), pyspy=PySpyRecorder(tmp_path / "p-pyspy"),
                     pyspy_points={MAX_C})
     run_generation(profile, path, engine, [1, MAX_C], prompt_len=PROMPT, output_len=OUT,
-                   hygiene=Measurement(warmup=1, repeats=40, max_cv=10.0, max_remeasure=0, rounds=1), extras=extras)
-    extras.pyspy.close()  # 40 repeats: long enough (1-2 s) for py-spy to attach to and sample the engine's processes
+                   hygiene=Measurement(warmup=1, repeats=150, max_cv=10.0, max_remeasure=0, rounds=1), extras=extras)
+    # 150 repeats: long enough for py-spy to attach to the engine's processes and sample them at 100 Hz even on a
+    # fast host (40 took 1-2 s on a slow 2-core EPYC and gave py-spy only 5 samples on a faster one)
+    extras.pyspy.close()
 
     from throughputlab.records.profile import Profile as P
 
