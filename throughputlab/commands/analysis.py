@@ -252,11 +252,10 @@ def _predict(profile_path, model, gpu, dtype, calibrate, concurrency, prompt_len
         if fit.peaks.datasheet_flops_per_s and fit.method in ("analytic", "calibrated"):
             mfu = f", MFU {m.train.phi_flops_per_s / fit.peaks.datasheet_flops_per_s:.0%}"
             if fit.method == "analytic":
-                from throughputlab.records.peaks import balance_vs_reference, lookup
+                from throughputlab.calibration import DEFAULT_EFFICIENCIES
+                from throughputlab.predict import train_mfu
 
-                share, why = rf.moe_train_share(m.costs, balance_vs_reference(lookup(pred.hardware.device_name),
-                                                                              st.dtype))
-                mfu += f" ({rf.train_mfu(pred.hardware.device_name, st.dtype)[1]}" + (f"; {why}" if why else "") + ")"
+                mfu += f" ({train_mfu(pred.hardware.device_name, st.dtype, DEFAULT_EFFICIENCIES, m.costs)[1]})"
         click.echo(f"training, sequence length {st.seq_len}{fsdp}, activation checkpointing {ac}{mfu}:")
         click.echo(training_table(m, bs, st.seq_len).to_string(index=False, float_format=_num))
         click.echo(micro_batch_statement(fit))
