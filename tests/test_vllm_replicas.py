@@ -65,9 +65,12 @@ class Recorder:
         pass
 
     def rank(self, r: int) -> psutil.Process:
+        """Rank ``r`` itself: the launcher's child (an engine forked from a rank shares its command line
+        and environment)."""
         for p in self.seen.values():
             try:
-                if p.environ().get("RANK") == str(r) and "gen_worker" in " ".join(p.cmdline()):
+                if (p.environ().get("RANK") == str(r) and "gen_worker" in " ".join(p.cmdline())
+                        and "torch.distributed.run" in " ".join(p.parent().cmdline())):
                     return p
             except psutil.Error:
                 pass
@@ -108,8 +111,11 @@ def test_two_replicas_measure_together_a_killed_rank_leaves_nothing_and_resume_f
             os.kill(rec.rank(1).pid, signal.SIGKILL)
 
     first = Recorder(on_finish=kill_rank_1)
-    res = run_generation_replicas(_spec(), path, hooks=first, probe_microbench=False, timeout_s=500)
-    assert not res.ok and res.failed_point in (2, 4), res.message
+    # a point takes a fraction of a second here: the profile is read every 20 ms, so the kill lands while a
+    # later point is measured, not after the sweep has ended unseen between two reads
+    res = run_generation_replicas(_spec((1, 2, 4, 8)), path, hooks=first, probe_microbench=False, timeout_s=500,
+                                  poll_s=0.02)
+    assert not res.ok and res.failed_point in (2, 4, 8), (res.message, first.events)
     first.assert_none_left()
     points = {p.concurrency: p for p in Profile.load(path).generation}
     failed = res.failed_point
@@ -119,18 +125,18 @@ def test_two_replicas_measure_together_a_killed_rank_leaves_nothing_and_resume_f
     assert one.layout.dp == 2 and one.layout.world_size == 2 and one.layout.tp == 1
     assert all(len(s.replica_total_s) == 2 and s.total_s == max(s.replica_total_s) for s in one.samples)
 
-    # the resume also grows the sweep: it finishes the failed point and adds concurrency 8
+    # the resume also grows the sweep: it finishes the failed point and adds concurrency 16
     again = Recorder()
-    res = run_generation_replicas(_spec((1, 2, 4, 8)), path, resume=True, hooks=again, probe_microbench=False,
+    res = run_generation_replicas(_spec((1, 2, 4, 8, 16)), path, resume=True, hooks=again, probe_microbench=False,
                                   timeout_s=500)
     assert res.ok, res.message
     again.assert_none_left()
     prof = res.profile
     assert [(p.concurrency, p.status) for p in sorted(prof.generation, key=lambda p: p.concurrency)] == \
-        [(1, "ok"), (2, "ok"), (4, "ok"), (8, "ok")]
+        [(1, "ok"), (2, "ok"), (4, "ok"), (8, "ok"), (16, "ok")]
     assert ("finished", 1, "ok", True) in again.events and ("started", 1) not in again.events
-    assert ("started", 8) in again.events and prof.spec.generation.concurrency == [1, 2, 4, 8]
-    assert next(p for p in prof.generation if p.concurrency == 8).samples[0].replica_total_s
+    assert ("started", 16) in again.events and prof.spec.generation.concurrency == [1, 2, 4, 8, 16]
+    assert next(p for p in prof.generation if p.concurrency == 16).samples[0].replica_total_s
     p4 = next(p for p in prof.generation if p.concurrency == 4)
     per = p4.replica_tokens_per_s
     assert len(per) == 2 and all(x > 0 for x in per)
