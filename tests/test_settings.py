@@ -198,7 +198,7 @@ def test_flags_show_their_key_and_the_models_default():
     assert "[group; default: 8]" in shown("decide") and "[cluster.nodes; default: 1]" in shown("decide")
     assert "[shape.prompt_len; default: 512]" in shown("decide")
     text = shown("bench")
-    assert "[distributed.nproc_per_node; default: 1]" in text and "[measurement.rounds; default: 2]" in text
+    assert "[distributed.nproc_per_node; default: 1]" in text and "[measurement.rounds; default: 3]" in text
     for command in ("bench", "predict", "decide"):
         assert "--print-spec" in shown(command) and "--set KEY=VALUE" in shown(command)
 

@@ -21,7 +21,7 @@ def test_one_set_of_defaults():
     assert d.generation.concurrency == [1, 2, 4, 8, 16, 32, 64] and d.training.micro_batches == [1, 2, 4, 8]
     assert (d.generation.prompt_len, d.generation.output_len, d.training.seq_len) == (16, 8, 64)
     m = d.measurement
-    assert (m.warmup, m.repeats, m.rounds, m.max_cv, m.max_remeasure, m.auto_cap) == (1, 1, 2, 0.10, 1, 1024)
+    assert (m.warmup, m.repeats, m.rounds, m.max_cv, m.max_remeasure, m.auto_cap) == (1, 1, 3, 0.10, 1, 1024)
     assert d.telemetry.enabled and d.telemetry.hz == 20.0
     assert Measurement() == d.measurement  # the sweep runner's hygiene is the spec's section
     s = SweepSettings(dtype="float32", device="cpu")
@@ -103,7 +103,7 @@ def test_resume_may_grow_the_measured_axes_only():
         assert key in refused and key not in extended
     # more rounds add samples to every stored point; fewer are refused
     same = ["generation.concurrency=[1,4]", "training.micro_batches=[1,2]"]
-    assert grown(*same, "measurement.rounds=5") == ({}, {"measurement.rounds": [3, 4, 5]})
+    assert grown(*same, "measurement.rounds=5") == ({}, {"measurement.rounds": [4, 5]})
     refused, extended = grown(*same, "measurement.rounds=1")
     assert "measurement.rounds" in refused and not extended
 

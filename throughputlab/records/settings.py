@@ -139,10 +139,10 @@ class Measurement(_Section):
     # warmup: at the first visit (training under glibc on the CPU: at every visit)
     warmup: Annotated[int, Field(ge=0)] = Field(1, description="Untimed runs before each point.")
     repeats: PositiveInt = Field(1, description="Timed runs per point in each round (every sample is kept).")
-    rounds: PositiveInt = Field(2, description=(
+    rounds: PositiveInt = Field(3, description=(
         "Passes over the sweep, each adding --repeats timed runs to every point: a slow spell of the machine then "
-        "costs one sample of many points, not every sample of a few, and the point's median ignores it. --rounds 1 "
-        "--repeats 3 measures each point in one go."))
+        "costs one sample of many points, not every sample of a few, and the point's median of three ignores it. "
+        "--rounds 1 --repeats 3 measures each point in one go."))
     max_cv: Annotated[float, Field(gt=0)] = Field(0.10, description=(
         "While some point's tokens/s spread (stdev/mean) is above this after the last round, run one more round "
         "over all points (with --rounds 1: measure that point again at once)."))
