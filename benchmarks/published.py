@@ -395,6 +395,9 @@ def predict_case(case: dict) -> Union[Prediction, Skip]:
         if note:
             not_used.append(note)
         fields["activation_checkpointing"] = ac
+        if tp > 1:  # predict's --tp sizes the generation engines; its training is FSDP over every GPU
+            not_used.append(f"tp={tp} (tensor-parallel training: predict trains with FSDP over all {gpus} GPUs)")
+            tp = 1
         b, seq_len = case["micro_batch"], case["seq_len"]
         call = dict(concurrency=[1], micro_batches=[b], seq_len=seq_len)
         engines = 1
