@@ -116,7 +116,7 @@ def bench(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, .
 
     \b
     Examples:
-      throughputlab bench                                   # demo model, both sweeps (1-5 min on 2 CPU cores)
+      throughputlab bench                                   # demo model, both sweeps (20 s to 2 min on 2 CPU cores)
       throughputlab bench -m qwen2.5-1.5b -c 1,8,64,256 -o q15.json
       throughputlab bench --spec sweep.yaml --set measurement.rounds=1
       throughputlab bench -m tiny --only train -b auto
