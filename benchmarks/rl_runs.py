@@ -55,6 +55,7 @@ PHASES = ("gen_s", "logprob_s", "train_s", "critic_s", "offload_s", "sync_s", "s
 # the folder name's model -> (a preset or a config under published/models or rl_runs/models, note); None: cannot
 MODELS = {
     "llama3.1-8b-instruct": ("llama3.1-8b", ""),
+    "llama3.1-70b": ("llama3.1-70b", ""),
     "llama2-7b": ("llama2-7b", "the source says '7B' only; LLaMA-2 7B assumed"),
     "qwen2.5-0.5b-instruct": ("qwen2.5-0.5b", ""),
     "qwen2.5-7b-instruct-retool-sft": ("qwen2.5-7b", "an SFT of Qwen2.5-7B-Instruct: the preset's architecture"),
