@@ -7,7 +7,9 @@ FSDP-free compute of ``b`` sequences divided over its ``tp x pp`` GPUs, and its 
 launches, TP all-reduces of its activations and EP all-to-alls; a mini-batch adds the 1F1B bubble and the
 distributed optimizer's gradient and parameter traffic over the data-parallel ranks (roofline/rl.py).
 EP adds its two all-to-alls per MoE layer at the node's link (the network's when the EP group spans
-nodes). Memory follows the FSDP line.
+nodes). Memory: each rank's shard of the weights and gradients and its share of the distributed optimizer
+(``megatron_state_bytes_per_rank``), and a micro-batch's activations split over TP (sequence parallel; 1F1B's
+first stage holds ``pp`` micro-batches of its ``L / pp`` layers, one micro-batch's worth of the whole model).
 """
 
 from __future__ import annotations
@@ -37,8 +39,9 @@ class MegatronLayout(BaseModel):
         return (f"training backend: Megatron on {gpus} GPU(s), TP {self.tp} x PP {self.pp} (EP {self.ep}), "
                 f"{self.dp} data-parallel replica(s): weights resident (no FSDP all-gather per micro-batch), TP "
                 "all-reduces per layer at the node's link, EP's all-to-alls per MoE layer, the 1F1B bubble, the "
-                "distributed optimizer's gradient and parameter traffic per optimizer step; an approximation: "
-                "memory as FSDP's, no overlap of the TP and EP collectives with compute")
+                "distributed optimizer's gradient and parameter traffic per optimizer step; memory per rank from its "
+                "shards and the activations over TP; an approximation: no overlap of the TP and EP collectives "
+                "with compute")
 
 
 def layout_for(train, devices: int, per_node: int = 8) -> Optional[MegatronLayout]:
@@ -51,6 +54,21 @@ def layout_for(train, devices: int, per_node: int = 8) -> Optional[MegatronLayou
                         "Megatron runs GPUs = TP x PP x data-parallel replicas; give sizes whose product divides them")
     return MegatronLayout(tp=train.tp, pp=train.pp, ep=train.ep, dp=max(devices // (train.tp * train.pp), 1),
                           per_node=per_node)
+
+
+def memory_model(model: ThroughputModel, layout: Optional[MegatronLayout]) -> ThroughputModel:
+    """The model whose memory line the micro-batch checks use: under Megatron, a rank's state
+    (rf.megatron_state_bytes_per_rank) and the activations per sequence over TP; FSDP's line otherwise. A
+    measured OOM belongs to the layout it was measured on and is dropped with it."""
+    t = model.train
+    if layout is None or t is None or not t.mem_per_sample_bytes or t.device_memory_bytes is None:
+        return model
+    world = layout.tp * layout.pp * layout.dp
+    train = t.model_copy(update={
+        "mem0_bytes": rf.megatron_state_bytes_per_rank(model.costs, layout.tp, layout.pp, layout.ep, world),
+        "mem_per_sample_bytes": t.mem_per_sample_bytes / layout.tp, "smallest_oom_micro_batch": None,
+        "smallest_oom_by_seq_len": {}})
+    return model.model_copy(update={"train": train})
 
 
 def fsdp_note(devices: int) -> str:

@@ -16,7 +16,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from throughputlab import roofline as rf
-from throughputlab.decide.backend import MegatronLayout, layout_for, megatron_minibatch_extra_s, megatron_pass
+from throughputlab.decide import backend as be
 from throughputlab.decide.cluster import (
     ClusterSpec,
     Placement,
@@ -103,8 +103,8 @@ def micro_batch_for(model: ThroughputModel, requested: Optional[int], what: str 
                         f"set {what} in the RL shape file")
     if mb < 1:
         raise UserError("not even one sequence fits in device memory for training: use more training GPUs "
-                        "(--gpus), --activation-checkpointing or a device with more memory (--set "
-                        "shape.train.micro_batch=N overrides this check)")
+                        "(--gpus), --activation-checkpointing, under Megatron larger --train-tp, --train-pp or "
+                        "--train-ep, or a device with more memory (--set shape.train.micro_batch=N overrides this check)")
     return mb
 
 
@@ -148,12 +148,13 @@ class StepModel:
                 raise UserError(f"{name} must be a positive integer, got {v}")
         if tr.mini_batch_samples is not None and tr.mini_batch_samples < 1:
             raise UserError(f"train.mini_batch_samples must be a positive integer, got {tr.mini_batch_samples}")
-        budget = tr.token_budget
-        self.micro_batch = micro_batch_for(self.train_model, tr.micro_batch if not budget else
+        self.layout = be.layout_for(tr, placement.train_gpus if placement is not None else 1,
+                                 placement.link_group if placement is not None else 8)
+        budget, lp_budget, mem = tr.token_budget, tr.logprob_token_budget, be.memory_model(self.train_model, self.layout)
+        self.micro_batch = micro_batch_for(mem, tr.micro_batch if not budget else
                                            rf.budget_micro_batch(budget, self.train_seq_len))
-        lp_budget = tr.logprob_token_budget
         self.logprob_micro_batch = micro_batch_for(
-            self.train_model, rf.budget_micro_batch(lp_budget, self.train_seq_len) if lp_budget else
+            mem, rf.budget_micro_batch(lp_budget, self.train_seq_len) if lp_budget else
             tr.logprob_micro_batch or self.micro_batch, "train.logprob_micro_batch")
         self.critic_model: Optional[ThroughputModel] = None
         if shape.algo == "ppo":
@@ -161,10 +162,7 @@ class StepModel:
             self.critic_model = self.train_model.model_copy(update={"costs": costs})
             cs = shape.critic or CriticShape()
             cmb = rf.budget_micro_batch(cs.token_budget, self.train_seq_len) if cs.token_budget else cs.micro_batch
-            self.critic_micro_batch = micro_batch_for(self.train_model, cmb or self.micro_batch,
-                                                      "critic.micro_batch")
-        self.layout = layout_for(tr, placement.train_gpus if placement is not None else 1,
-                                 placement.link_group if placement is not None else 8)
+            self.critic_micro_batch = micro_batch_for(mem, cmb or self.micro_batch, "critic.micro_batch")
         if self.layout is not None:
             self.layout = _RatedLayout(**self.layout.model_dump(), rate_note=self.train_rate_note)
         self.sync_s = self._sync_s()
@@ -206,7 +204,7 @@ class StepModel:
         launches; with Megatron, on one model replica (decide/backend.py)."""
         launch = self._launch_s(model, backward)
         if self.layout is not None:
-            return megatron_pass(model, self.layout, backward, launch)
+            return be.megatron_pass(model, self.layout, backward, launch)
         step = model.train_step_s if backward else model.forward_s
         return lambda b, s: step(b, s) + launch
 
@@ -251,7 +249,7 @@ class StepModel:
             ranks = -(-m // devices)
             t = _passes_s(ranks, mb, seq_len, one)
             if self.layout is not None:
-                t += megatron_minibatch_extra_s(model, self.layout, t, -(-ranks // mb), param_scale)
+                t += be.megatron_minibatch_extra_s(model, self.layout, t, -(-ranks // mb), param_scale)
             one_epoch += t + opt
         return tr.epochs * one_epoch, tr.epochs * len(sizes)
 
@@ -384,7 +382,7 @@ def critic_costs_for(shape: RLShape, bytes_per_param: int) -> Optional[Costs]:
     return Costs.from_spec(spec, bytes_per_param)
 
 
-class _RatedLayout(MegatronLayout):
+class _RatedLayout(be.MegatronLayout):
     rate_note: str = ""
 
     def describe(self, gpus: int) -> str:  # decide's output says which training FLOP/s the layout ran at

@@ -23,7 +23,7 @@ Also here: vLLM's sleep and wake-up around each update of colocated engines (:fu
 
 from __future__ import annotations
 
-from throughputlab.roofline.core import Costs, all_weight_bytes, recompute_passes, transfer_s
+from throughputlab.roofline.core import ADAM_BYTES_PER_PARAM, Costs, all_weight_bytes, recompute_passes, transfer_s
 from throughputlab.roofline.devices import allgather_s, reduce_scatter_s, tp_comm_s
 from throughputlab.roofline.engine import ACTIVATION_BYTES
 
@@ -90,6 +90,22 @@ def megatron_dp_sync_s(costs: Costs, model_parallel: int, dp: int, busbw: float,
     params = all_weight_bytes(costs) / costs.bytes_per_param / max(model_parallel, 1)
     return float(reduce_scatter_s(params * MEGATRON_GRAD_BYTES, dp, busbw, alpha_s)
                  + allgather_s(params * costs.bytes_per_param, dp, busbw, alpha_s))
+
+
+def megatron_state_bytes_per_rank(costs: Costs, tp: int, pp: int, ep: int, world: int) -> float:
+    """A Megatron rank's training state: its shard of the 16-bit weights and of the gradients
+    (``MEGATRON_GRAD_BYTES``), and its share of the distributed optimizer's fp32 master weights and two Adam
+    moments (12 bytes a parameter, sharded over the data-parallel ranks). The dense weights split ``tp x pp``
+    ways, the experts ``ep x pp`` ways (expert TP 1, as NeMo-RL's recipes set it), each over its own
+    data-parallel group (``world / (tp x pp)``, ``world / (ep x pp)``)."""
+    bpp = costs.bytes_per_param
+    experts = costs.moe_layers * (costs.moe_num_experts or 0) * costs.moe_expert_bytes / bpp
+    dense = all_weight_bytes(costs) / bpp - experts
+    ep = max(ep, 1)
+    d_rank, e_rank = dense / (tp * pp), experts / (ep * pp)
+    optimizer = ADAM_BYTES_PER_PARAM - ACTIVATION_BYTES - MEGATRON_GRAD_BYTES
+    return float((ACTIVATION_BYTES + MEGATRON_GRAD_BYTES) * (d_rank + e_rank)
+                 + optimizer * (d_rank / max(world // (tp * pp), 1) + e_rank / max(world // (ep * pp), 1)))
 
 
 def cross_node_tp_link(intra_bytes_per_s: float, intra_alpha_s: float, tp: int, gpus_per_node: int,
