@@ -1,7 +1,7 @@
-"""Megatron's memory per rank: the micro-batch checks of a Megatron layout use each rank's shard of the
-weights, gradients and distributed optimizer and the activations split over TP, not FSDP's line. A 70B
-policy on TP 4 x PP 4 over 64 H100s fits a 4,096-token micro-batch (NeMo-RL's v0.3 70B recipe runs one);
-FSDP's line over the same GPUs, without sequence parallelism, fits none."""
+"""Memory lines of decide's micro-batch checks. A Megatron layout uses each rank's shard of the weights,
+gradients and distributed optimizer and the activations split over TP, not FSDP's line: a 70B policy on
+TP 4 x PP 4 over 64 H100s fits a 4,096-token micro-batch (NeMo-RL's v0.3 70B recipe runs one), FSDP's line
+over the same GPUs fits none. A log-prob pass (no backward) holds one block's activations and the logits."""
 
 from __future__ import annotations
 
@@ -83,5 +83,18 @@ def test_a_megatron_step_checks_its_micro_batch_against_its_own_memory(tmp_path,
             decide_from_spec(spec)
         return caplog.text
 
-    assert "above the 0 sequences" in decide({"backend": "fsdp"})
+    fsdp = decide({"backend": "fsdp"})
+    assert "train.micro_batch 1 is above the 0 sequences" in fsdp
+    assert "logprob_micro_batch" not in fsdp  # a forward pass keeps one block's activations, not eighty
     assert "memory model fits" not in decide({"backend": "megatron", "tp": 4, "pp": 4})
+
+
+def test_a_forward_pass_holds_one_block_and_the_logits():
+    from throughputlab.roofline.memory import activation_bytes_per_sequence, forward_bytes_per_sequence
+
+    spec = resolve_model("llama3.1-70b").spec
+    c = _costs("llama3.1-70b")
+    fwd = forward_bytes_per_sequence(c, 4096)
+    assert fwd == pytest.approx(34 * 4096 * spec.hidden_size + 8 * 4096 * spec.vocab_size)
+    assert fwd < activation_bytes_per_sequence(spec, 4096, 2) / 10
+    assert forward_bytes_per_sequence(c.model_copy(update={"vocab_size": None}), 4096) is None

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict
 
 from throughputlab.errors import UserError
 from throughputlab.roofline import rl as rf
+from throughputlab.roofline.memory import forward_bytes_per_sequence
 from throughputlab.throughput import ThroughputModel
 
 
@@ -56,19 +57,23 @@ def layout_for(train, devices: int, per_node: int = 8) -> Optional[MegatronLayou
                           per_node=per_node)
 
 
-def memory_model(model: ThroughputModel, layout: Optional[MegatronLayout]) -> ThroughputModel:
+def memory_model(model: ThroughputModel, layout: Optional[MegatronLayout], forward: bool = False) -> ThroughputModel:
     """The model whose memory line the micro-batch checks use: under Megatron, a rank's state
-    (rf.megatron_state_bytes_per_rank) and the activations per sequence over TP; FSDP's line otherwise. A
-    measured OOM belongs to the layout it was measured on and is dropped with it."""
+    (rf.megatron_state_bytes_per_rank) and the activations per sequence over TP; FSDP's line otherwise.
+    ``forward``: a pass without a backward (log-probs), whose sequences hold one block's activations and their
+    logits (memory.forward_bytes_per_sequence), not every layer's. A measured OOM belongs to the pass and the
+    layout it was measured on and is dropped with either."""
     t = model.train
-    if layout is None or t is None or not t.mem_per_sample_bytes or t.device_memory_bytes is None:
+    if (layout is None and not forward) or t is None or not t.mem_per_sample_bytes or t.device_memory_bytes is None:
         return model
-    world = layout.tp * layout.pp * layout.dp
-    train = t.model_copy(update={
-        "mem0_bytes": rf.megatron_state_bytes_per_rank(model.costs, layout.tp, layout.pp, layout.ep, world),
-        "mem_per_sample_bytes": t.mem_per_sample_bytes / layout.tp, "smallest_oom_micro_batch": None,
-        "smallest_oom_by_seq_len": {}})
-    return model.model_copy(update={"train": train})
+    per = forward_bytes_per_sequence(model.costs, t.seq_len) if forward and t.seq_len else None
+    per = t.mem_per_sample_bytes if per is None else min(per, t.mem_per_sample_bytes)
+    update = {"mem_per_sample_bytes": per, "smallest_oom_micro_batch": None, "smallest_oom_by_seq_len": {}}
+    if layout is not None:
+        world = layout.tp * layout.pp * layout.dp
+        update.update(mem0_bytes=rf.megatron_state_bytes_per_rank(model.costs, layout.tp, layout.pp, layout.ep, world),
+                      mem_per_sample_bytes=per / layout.tp)
+    return model.model_copy(update={"train": t.model_copy(update=update)})
 
 
 def fsdp_note(devices: int) -> str:

@@ -154,7 +154,8 @@ class StepModel:
         self.micro_batch = micro_batch_for(mem, tr.micro_batch if not budget else
                                            rf.budget_micro_batch(budget, self.train_seq_len))
         self.logprob_micro_batch = micro_batch_for(
-            mem, rf.budget_micro_batch(lp_budget, self.train_seq_len) if lp_budget else
+            be.memory_model(self.train_model, self.layout, forward=True),
+            rf.budget_micro_batch(lp_budget, self.train_seq_len) if lp_budget else
             tr.logprob_micro_batch or self.micro_batch, "train.logprob_micro_batch")
         self.critic_model: Optional[ThroughputModel] = None
         if shape.algo == "ppo":

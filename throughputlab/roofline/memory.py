@@ -18,6 +18,23 @@ from throughputlab.roofline.core import (
 )
 from throughputlab.roofline.engine import kv_tokens_from_bytes, vllm_kv_bytes
 
+LOGIT_BYTES = 8  # fp32 logits and their log-softmax (or gradient) per vocabulary entry and token
+
+
+def block_activation_bytes(seq_len, hidden_size: int, bytes_per_param: int = 2) -> float:
+    """One transformer block's activations for a sequence: 34*S*h bytes at 16 bits with flash attention
+    (Korthikanti et al. 2022, table 2, without the 5*a*S^2 attention-score term)."""
+    return seq_len * hidden_size * 34 * bytes_per_param / 2
+
+
+def forward_bytes_per_sequence(costs: Costs, seq_len: float) -> Optional[float]:
+    """What a forward pass without gradients (a log-prob pass) holds per sequence at its peak: one block's
+    activations (34*S*h bytes at 16 bits, as in :func:`activation_bytes_per_sequence`) and the fp32 logits
+    with their log-softmax; nothing is kept for a backward. None without the model's shape."""
+    if not costs.hidden_size or not costs.vocab_size:
+        return None
+    return float(block_activation_bytes(seq_len, costs.hidden_size) + seq_len * costs.vocab_size * LOGIT_BYTES)
+
 
 def memory_line(b, mem0: float, mem_per_sample: float):
     """Peak training memory of a micro-batch of b sequences: M(b) = M0 + b*m."""
@@ -57,8 +74,8 @@ def activation_bytes_per_sequence(spec: ModelSpec, seq_len: int, bytes_per_param
     attention core (their section 4.2) keeps exactly that 34*S*h and drops the score term, which flash
     attention never stores, so it equals none here; full, per block: each block's input (S*h values)
     and one block's activations while it is recomputed (their section 4, full recomputation)."""
-    block = seq_len * spec.hidden_size * 34 * bytes_per_param / 2
-    logits = seq_len * spec.vocab_size * 8
+    block = block_activation_bytes(seq_len, spec.hidden_size, bytes_per_param)
+    logits = seq_len * spec.vocab_size * LOGIT_BYTES
     if checkpointing_mode(checkpointing) == "full":
         return spec.num_layers * seq_len * spec.hidden_size * bytes_per_param + block + logits
     return spec.num_layers * block + logits
