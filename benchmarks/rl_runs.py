@@ -419,12 +419,12 @@ def _primary(run: Run) -> Measurement:
 # ---------------------------------------------------------------- published timers -> decide's phases
 
 
-def implied_generation_s(placement: str, meas: Measurement, step: dict) -> Optional[float]:
+def implied_generation_s(placement: Optional[str], published_step_s: float, step: dict) -> Optional[float]:
     """A colocated step is its phases in turn: the published step less every other predicted phase is the
     generation time the published step implies (None where that is not positive, or not colocated)."""
     if placement != "colocated" or not step.get("gen_s"):
         return None
-    implied = meas.step_s - (step["step_s"] - step["gen_s"])
+    implied = published_step_s - (step["step_s"] - step["gen_s"])
     return implied if implied > 0 else None
 
 
@@ -463,7 +463,7 @@ def compare(framework: str, placement: str, meas: Measurement, step: dict) -> tu
             "the reloads and reference swap NeMo-RL times elsewhere")
         if not out[1:]:
             skipped.append("gen, logprob, train, sync: NeMo-RL publishes step totals only (this row)")
-            implied = implied_generation_s(placement, meas, step)
+            implied = implied_generation_s(placement, meas.step_s, step)
             if implied is not None:
                 skipped.append(f"generation implied by the published step (the step less every other predicted "
                                f"phase): {_n(implied)} s against {_n(step['gen_s'])} s predicted (pred/implied "
@@ -652,10 +652,9 @@ def render_summary(rows: list[Row], s: dict) -> list[str]:
         lines.append(f"    {verdict:<11} {p['split']} [{p['measurement']}] vs {p['colocated']}: published "
                      f"{_n(p['published_split_s'])} vs {_n(p['published_colocated_s'])}, {pred}"
                      + (f" ({p['note']})" if p.get("note") else ""))
-    implied = [(r, r.published_step - (r.step["step_s"] - r.step["gen_s"])) for r in rows
-               if r.primary and r.predicted and r.placement == "colocated" and len(r.compared) == 1
-               and r.step.get("gen_s")]
-    implied = [(r, g) for r, g in implied if g > 0]
+    implied = [(r, implied_generation_s(r.placement, r.published_step, r.step)) for r in rows
+               if r.primary and r.predicted and len(r.compared) == 1]
+    implied = [(r, g) for r, g in implied if g is not None]
     if implied:
         lines.append("  colocated rows that publish the step alone: the generation their step implies (the published "
                      "step less every other predicted phase) against the predicted generation:")

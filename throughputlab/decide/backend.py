@@ -58,8 +58,8 @@ def layout_for(train, devices: int, per_node: int = 8) -> Optional[MegatronLayou
 
 
 def memory_model(model: ThroughputModel, layout: Optional[MegatronLayout], forward: bool = False) -> ThroughputModel:
-    """The model whose memory line the micro-batch checks use: under Megatron, a rank's state
-    (rf.megatron_state_bytes_per_rank) and the activations per sequence over TP; FSDP's line otherwise.
+    """The model whose memory line the micro-batch checks use: under Megatron, a rank's
+    (rf.megatron_memory_line); FSDP's line otherwise.
     ``forward``: a pass without a backward (log-probs), whose sequences hold one block's activations and their
     logits (memory.forward_bytes_per_sequence), not every layer's. A measured OOM belongs to the pass and the
     layout it was measured on and is dropped with either."""
@@ -70,9 +70,8 @@ def memory_model(model: ThroughputModel, layout: Optional[MegatronLayout], forwa
     per = t.mem_per_sample_bytes if per is None else min(per, t.mem_per_sample_bytes)
     update = {"mem_per_sample_bytes": per, "smallest_oom_micro_batch": None, "smallest_oom_by_seq_len": {}}
     if layout is not None:
-        world = layout.tp * layout.pp * layout.dp
-        update.update(mem0_bytes=rf.megatron_state_bytes_per_rank(model.costs, layout.tp, layout.pp, layout.ep, world),
-                      mem_per_sample_bytes=per / layout.tp)
+        update["mem0_bytes"], update["mem_per_sample_bytes"] = rf.megatron_memory_line(
+            model.costs, per, layout.tp, layout.pp, layout.ep, layout.tp * layout.pp * layout.dp)
     return model.model_copy(update={"train": t.model_copy(update=update)})
 
 

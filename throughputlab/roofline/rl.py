@@ -108,6 +108,13 @@ def megatron_state_bytes_per_rank(costs: Costs, tp: int, pp: int, ep: int, world
                  + optimizer * (d_rank / max(world // (tp * pp), 1) + e_rank / max(world // (ep * pp), 1)))
 
 
+def megatron_memory_line(costs: Costs, per_sequence: float, tp: int, pp: int, ep: int, world: int) -> tuple[float, float]:
+    """A Megatron rank's memory line (M0, m): its training state (:func:`megatron_state_bytes_per_rank`) and a
+    sequence's activations ``per_sequence`` split over TP (sequence parallel; 1F1B's first stage holds ``pp``
+    micro-batches of its ``L / pp`` layers, one micro-batch's worth of the whole model)."""
+    return megatron_state_bytes_per_rank(costs, tp, pp, ep, world), per_sequence / tp
+
+
 def cross_node_tp_link(intra_bytes_per_s: float, intra_alpha_s: float, tp: int, gpus_per_node: int,
                        inter_bytes_per_s: float, inter_alpha_s: float) -> tuple[float, float, bool]:
     """The bus bandwidth and latency of a TP all-reduce over ``tp`` ranks: the node's link when the group
