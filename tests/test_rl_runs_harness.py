@@ -82,6 +82,20 @@ def test_nemo_rl_rows_compare_the_step_only(rows):
     assert r.inputs["prompt_len_source"].startswith("derived")
 
 
+def test_a_colocated_step_only_row_shows_the_generation_its_step_implies(rows):
+    r = rows[(NEMO, "v0.5-gb200")]
+    implied = r.published_step - (r.step["step_s"] - r.step["gen_s"])
+    assert implied > r.step["gen_s"] > 0  # the published 91 s step leaves more than the predicted generation
+    assert h.implied_generation_s("colocated", r.published_step, r.step) == pytest.approx(implied)
+    line = next(x for x in r.not_compared if x.startswith("generation implied by the published step"))
+    assert f"pred/implied {r.step['gen_s'] / implied:.2f}" in line
+    block = "\n".join(h.render_summary(list(rows.values()), h.summary(list(rows.values()))))
+    assert "the generation their step implies" in block and NEMO in block.split("the generation their step implies")[1]
+    # only a colocated step is its phases in turn; nothing is implied past a step shorter than the other phases
+    assert h.implied_generation_s("one-step-off", r.published_step, r.step) is None
+    assert h.implied_generation_s("colocated", 1.0, r.step) is None
+
+
 def test_fully_async_gen_is_not_compared():
     step = dict(gen_s=10.0, logprob_s=1.0, train_s=20.0, critic_s=0.0, sync_s=1.0, step_s=22.0)
     meas = h.Measurement(id="published", step_s=25.0, timer="timing_s/step",
