@@ -60,8 +60,11 @@ def decide_data(rc: RunConfig) -> tuple[dict[str, Any], list[str], list[str]]:
             "filled up to it)")
         put("shape.train.logprob_token_budget", rc.logprob_token_budget_per_gpu,
             "tokens per GPU per log-prob micro-batch")
-        if rc.critic:
-            put("shape.critic.token_budget", rc.critic_token_budget_per_gpu, "tokens per GPU per critic micro-batch")
+    if rc.critic and rc.critic_token_budget_per_gpu:
+        put("shape.critic.token_budget", rc.critic_token_budget_per_gpu, "tokens per GPU per critic micro-batch")
+    elif rc.critic:
+        put("shape.critic.micro_batch", rc.critic_micro_batch_sequences_per_gpu, "sequences per critic micro-batch "
+            "per GPU")
     if rc.train_strategy == "megatron":
         put("shape.train.backend", "megatron", "Megatron-core trains the policy: weights resident, no FSDP all-gather")
         put("shape.train.tp", rc.train_tp, "Megatron tensor parallelism")

@@ -355,8 +355,10 @@ class _KVLoop:
                         new.append((i, q, (g if g > 1 else 1) if group > 1 and gr[gi] > 0 else q))
                         gr[gi] += 1
                 if n_dec == 0 and not new:
-                    raise UserError(f"one request needs {P + max(lengths)} KV-cache tokens but the cache holds "
-                                    f"{self.kv_cache_tokens}: raise kv_cache_tokens or lower max_tokens")
+                    raise UserError(f"one request needs {P + max(lengths)} KV-cache tokens (prompt {P} + response "
+                                    f"{max(lengths)}) but an engine's cache holds {self.kv_cache_tokens}: give the engines "
+                                    "more memory (--gpu-memory-utilization, --kv-cache-gib, --engine-tp) or cap the "
+                                    "responses lower (--response-dist ...,max=N)")
                 q1 = q2 = rq1 = 0
                 for _, q, pre in new:
                     q1 += pre

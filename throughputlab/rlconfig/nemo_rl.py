@@ -29,7 +29,7 @@ DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "fp8": "fp8"
 
 def looks_like(tree: dict) -> bool:
     pol = tree.get("policy")
-    return "grpo" in tree or (isinstance(pol, dict) and bool({"generation", "dtensor_cfg", "megatron_cfg",
+    return "grpo" in tree or "ppo" in tree or (isinstance(pol, dict) and bool({"generation", "dtensor_cfg", "megatron_cfg",
                                                               "train_global_batch_size"} & set(pol)))
 
 
@@ -59,17 +59,33 @@ def load(path: Path, data: dict, src: str, chain: tuple = ()) -> dict:
     return deep_merge(merged, data)
 
 
+def algorithm(ctx: Ctx) -> str:
+    """The section that holds the algorithm's keys: ``ppo`` in a PPO recipe (v0.7 on), else ``grpo``."""
+    return "ppo" if ctx.has("ppo") and not ctx.has("grpo") else "grpo"
+
+
+# NeMo-RL recipes of other trainers: no generation phase that a GRPO or PPO step has.
+OTHER_TRAINERS = {"sft": "SFT", "dpo": "DPO", "rm": "reward-model", "distillation": "distillation"}
+
+
 def read(ctx: Ctx) -> None:
-    if not ctx.stated("grpo.num_prompts_per_step") and not ctx.stated(f"{P}.train_global_batch_size"):
-        raise UserError(f"{ctx.src}: no batch size in it: set grpo.num_prompts_per_step (prompts per step) "
+    other = [name for key, name in OTHER_TRAINERS.items() if ctx.has(key)]
+    if other and not (ctx.has("grpo") or ctx.has("ppo")):
+        raise UserError(f"{ctx.src}: a NeMo-RL {other[0]} recipe, not an RL one; decide reads GRPO and PPO recipes "
+                        "(a grpo: or ppo: section)")
+    a = algorithm(ctx)
+    if not ctx.stated(f"{a}.num_prompts_per_step") and not ctx.stated(f"{P}.train_global_batch_size"):
+        raise UserError(f"{ctx.src}: no batch size in it: set {a}.num_prompts_per_step (prompts per step) "
                         "and policy.train_global_batch_size, or name the parent recipe under defaults:")
-    ctx.int("grpo.num_prompts_per_step", "prompts_per_step")
-    ctx.int("grpo.num_generations_per_prompt", "responses_per_prompt")
-    turns = ctx.int("grpo.max_rollout_turns", note="turns per rollout")
-    ctx.set("multi_turn", None if turns is None else turns > 1, "grpo.max_rollout_turns")
-    ctx.str("grpo.adv_estimator.name", "algorithm")
-    if "algorithm" not in ctx.fields and ctx.has("grpo"):
-        ctx.set("algorithm", "grpo")
+    ctx.int(f"{a}.num_prompts_per_step", "prompts_per_step")
+    ctx.int(f"{a}.num_generations_per_prompt", "responses_per_prompt")
+    turns = ctx.int(f"{a}.max_rollout_turns", note="turns per rollout")
+    ctx.set("multi_turn", None if turns is None else turns > 1, f"{a}.max_rollout_turns")
+    ctx.str(f"{a}.adv_estimator.name", "algorithm")
+    if "algorithm" not in ctx.fields and ctx.has(a):
+        ctx.set("algorithm", a)
+    if a == "ppo":
+        ctx.int("ppo.ppo_epochs", "epochs", note="passes of the update over each step's batch")
     ctx.str(f"{P}.model_name", "model")
     ctx.int(f"{P}.max_total_sequence_length", "sequence_tokens_max")
     ctx.int("data.max_input_seq_length", "prompt_tokens_max")
@@ -83,10 +99,25 @@ def read(ctx: Ctx) -> None:
     _trainer(ctx)
     kl = ctx.float("loss_fn.reference_policy_kl_penalty", "kl", note="reference logits each step when above 0")
     ctx.set("reference", None if kl is None else kl > 0, "loss_fn.reference_policy_kl_penalty")
-    if ctx.bool("grpo.skip_reference_policy_logprobs_calculation", note="no reference pass"):
-        ctx.set("reference", False, "grpo.skip_reference_policy_logprobs_calculation")
-    ctx.set("critic", False if ctx.has("grpo") else None)
-    _cluster(ctx)
+    if ctx.bool(f"{a}.skip_reference_policy_logprobs_calculation", note="no reference pass"):
+        ctx.set("reference", False, f"{a}.skip_reference_policy_logprobs_calculation")
+    if a == "ppo":
+        _value(ctx)
+    else:
+        ctx.set("critic", False if ctx.has("grpo") else None)
+    _cluster(ctx, a)
+
+
+def _value(ctx: Ctx) -> None:
+    """PPO's value model (``value:``): a critic, its micro-batches in sequences or a token budget."""
+    ctx.set("critic", True)
+    if not ctx.has("value"):
+        return
+    ctx.str("value.model_name", "critic_model")
+    ctx.int("value.train_micro_batch_size", "critic_micro_batch_sequences_per_gpu")
+    for sec in ("sequence_packing", "dynamic_batching"):
+        if ctx.bool(f"value.{sec}.enabled", note="critic micro-batches filled up to a token budget"):
+            ctx.int(f"value.{sec}.train_mb_tokens", "critic_token_budget_per_gpu")
 
 
 def _packing(ctx: Ctx) -> None:
@@ -112,10 +143,45 @@ def _packing(ctx: Ctx) -> None:
         ctx.set("dynamic_batch", bool(pack or dyn), key)
 
 
+# The generation section's engine blocks, by backend (Dynamo serves one of the others).
+ENGINE_SECTIONS = {"vllm": ("vllm_cfg",), "sglang": ("sglang_cfg",), "trtllm": ("trtllm_cfg", "trtllm_kwargs"),
+                   "dynamo": ("dynamo_cfg",)}
+
+
 def _generation(ctx: Ctx) -> None:
-    backend = ctx.str(f"{G}.backend", "rollout_engine")
-    if backend not in (None, "vllm") and ctx.has(V):
-        ctx.ignore(V, f"unused: generation backend is {backend}")
+    backend = ctx.str(f"{G}.backend", "rollout_engine") or "vllm"
+    engine = backend
+    if backend == "dynamo":
+        engine = ctx.str(f"{G}.dynamo_cfg.engine", note="the engine Dynamo serves") or "vllm"
+        ctx.ignore(f"{G}.dynamo_cfg", "Dynamo's serving layer (timeouts, parsers, router, frontend): not modelled")
+    used = {*ENGINE_SECTIONS.get(backend, ()), *ENGINE_SECTIONS.get(engine, ())}
+    for sec in sorted({s for secs in ENGINE_SECTIONS.values() for s in secs} - used):
+        if ctx.has(f"{G}.{sec}"):
+            ctx.ignore(f"{G}.{sec}", f"unused: generation backend is {backend}")
+    ctx.bool(f"{G}.use_async_rollouts", "rollout_async_engine")
+    if engine == "sglang":
+        S = f"{G}.sglang_cfg"
+        ctx.int(f"{S}.tp_size", "rollout_tp")
+        ctx.float(f"{S}.mem_fraction_static", "gpu_memory_utilization", lo=0.01, hi=1.0)
+        ctx.int(f"{S}.max_running_requests", "max_num_seqs")
+        if ctx.has(S):
+            ctx.ignore(S, "SGLang details (parallel sizes besides TP, seeds, server options): not modelled")
+        return
+    if engine == "trtllm":
+        T = f"{G}.trtllm_cfg"
+        ctx.int(f"{T}.tensor_parallel_size", "rollout_tp")
+        ctx.float(f"{T}.gpu_memory_utilization", "gpu_memory_utilization", lo=0.01, hi=1.0)
+        ctx.int(f"{T}.max_batch_size", "max_num_seqs")
+        ctx.int(f"{T}.max_num_tokens", "max_num_batched_tokens")
+        ctx.bool(f"{T}.async_engine", "rollout_async_engine")
+        prec = ctx.str(f"{T}.precision", note="engine weights and activations")
+        ctx.set("rollout_dtype", DTYPES.get(prec or "", prec), f"{T}.precision")
+        for sec in (T, f"{G}.trtllm_kwargs"):
+            if ctx.has(sec):
+                ctx.ignore(sec, "TensorRT-LLM details (MoE parallel sizes, context, batching waits, in-flight "
+                                "updates): not modelled")
+        return
+    if engine != "vllm":
         return
     ctx.int(f"{V}.tensor_parallel_size", "rollout_tp")
     ctx.float(f"{V}.gpu_memory_utilization", "gpu_memory_utilization", lo=0.01, hi=1.0)
@@ -123,8 +189,10 @@ def _generation(ctx: Ctx) -> None:
     ctx.bool(f"{V}.async_engine", "rollout_async_engine")
     prec = ctx.str(f"{V}.precision", note="engine weights and activations")
     ctx.set("rollout_dtype", DTYPES.get(prec or "", prec), f"{V}.precision")
-    for k, field in (("max_num_seqs", "max_num_seqs"), ("max_num_batched_tokens", "max_num_batched_tokens")):
-        ctx.int(f"{G}.vllm_kwargs.{k}", field)
+    for k in ("max_num_seqs", "max_num_batched_tokens"):
+        ctx.int(f"{G}.vllm_kwargs.{k}", k)
+        if k not in ctx.fields:
+            ctx.int(f"{V}.{k}", k)
 
 
 def _trainer(ctx: Ctx) -> None:
@@ -187,7 +255,7 @@ def _trainer(ctx: Ctx) -> None:
         ctx.set("lora_rank", 0, f"{DT}.lora_cfg.enabled")
 
 
-def _cluster(ctx: Ctx) -> None:
+def _cluster(ctx: Ctx, a: str = "grpo") -> None:
     gpn = ctx.int("cluster.gpus_per_node", "gpus_per_node")
     nn = ctx.int("cluster.num_nodes", "nodes")
     if gpn is not None and nn is not None:
@@ -208,16 +276,19 @@ def _cluster(ctx: Ctx) -> None:
             ctx.set("rollout_gpus", rn * (rg or gpn or 0) or None, f"{res}.num_nodes")
         elif rg is not None:  # a one-node cluster: GPUs of that node
             ctx.set("rollout_gpus", rg, f"{res}.gpus_per_node")
-    asy = ctx.bool("grpo.async_grpo.enabled", note="generation runs ahead of training")
-    age_key = "grpo.async_grpo.max_trajectory_age_steps"
+    sec = f"{a}.async_{a}"
+    if ctx.has(sec) and ctx.raw(sec) is None:
+        ctx.note(sec, None, "null: no asynchronous training")
+    asy = ctx.bool(f"{sec}.enabled", note="generation runs ahead of training")
+    age_key = f"{sec}.max_trajectory_age_steps"
     if asy:
         age = ctx.int(age_key, note="steps a trajectory may lag the policy")
         ctx.set("off_policy_steps", age, age_key)
         if not col:
-            ctx.set("placement", "one-step-off", "grpo.async_grpo.enabled")
+            ctx.set("placement", "one-step-off", f"{sec}.enabled")
         return
     if ctx.has(age_key):
-        ctx.ignore(age_key, "unused: async GRPO is off")
+        ctx.ignore(age_key, f"unused: async {a.upper()} is off")
     if not col:
         ctx.set("placement", "split", f"{G}.colocated.enabled")
         ctx.set("off_policy_steps", 0, f"{G}.colocated.enabled")
