@@ -197,7 +197,7 @@ def decide(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, 
     from throughputlab.settings.options import print_spec as echo_spec
 
     logs = {k: flags.pop(k) for k in LOG_FLAGS}
-    base, config_record = None, None
+    base, config_record, config_text = None, None, None
     if config_file:
         from throughputlab.decide import runconfig
 
@@ -210,19 +210,25 @@ def decide(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, 
             lines += [x for x in [runconfig.regroup(base, flags["group"])] if x]
         lines += runconfig.overridden_lines(base, {flag_names(ctx)[k]: (DECIDE_FLAGS[k], v) for k, v in typed.items()
                                                    if k in DECIDE_FLAGS and k != "placement"})
-        click.echo("\n".join(lines) + "\n", err=print_spec)  # with --print-spec, stdout is the spec file
+        config_text = "\n".join(lines) + "\n"
     elif config_sets or framework:
         raise UserError("--config-set and --framework go with --config FILE (the run's launch config)")
     spec = build_spec(spec_file, base, set_items, flag_names(ctx), **given(ctx, flags))
     if print_spec:
+        if config_text:
+            click.echo(config_text, err=True)  # stdout is the spec file
         echo_spec(spec)
         return
     checks = LogChecks(spec, **logs) if any(logs.values()) else None
     if checks is not None:
         spec = checks.spec
+    # every refusal comes before anything is printed: the config's listing and the log checks follow the decision
+    decisions = decide_from_spec(spec, adjust_step=checks.hook if checks else None)
+    if config_text:
+        click.echo(config_text)
+    if checks is not None:
         click.echo(checks.text())
         click.echo("")
-    decisions = decide_from_spec(spec, adjust_step=checks.hook if checks else None)
     for d in decisions if checks else ():
         d.notes[:0] = checks.notes()
     if config_record and config_record["model"]:

@@ -153,8 +153,8 @@ def placements(model: ThroughputModel, spec: ClusterSpec, domain: Optional[int] 
         raise UserError(f"--nodes {nodes} does not divide --gpus {gpus}: give the same number of GPUs on every node")
     per_node = gpus // nodes
     if node_limit is not None and per_node > node_limit[1]:
-        raise UserError(f"--gpus {gpus} on {nodes} node(s): a {node_limit[0]} node holds at most {node_limit[1]} GPUs; "
-                        f"give --nodes {-(-gpus // node_limit[1])} or more")
+        raise UserError(f"{gpus} GPUs on {nodes} node(s) (--gpus and --nodes, or the config's): a {node_limit[0]} node "
+                        f"holds at most {node_limit[1]} GPUs; give --nodes {-(-gpus // node_limit[1])} or more")
     util = spec.gpu_memory_utilization
     if util is not None and not 0 < util <= 1:
         raise UserError(f"--gpu-memory-utilization must be in (0, 1], got {util}")
@@ -230,6 +230,10 @@ def generation_model(model: ThroughputModel, pl: Placement, spec: ClusterSpec, e
     gib = getattr(engine, "kv_cache_gib", None)
     if gib is not None and model.source == "fit":
         update["kv_cache_tokens"] = kv_tokens_from_gib(model, 1, gib)
+    if update.get("kv_cache_tokens") is not None and update["kv_cache_tokens"] < 16 and gib is None:
+        raise UserError(f"an engine of TP {pl.tp} at gpu_memory_utilization {util:g} has no room for a KV cache once "
+                        "its weights are loaded; raise --gpu-memory-utilization, give --kv-cache-gib, or use more GPUs "
+                        "per engine (--engine-tp)")
     return model.model_copy(update=update)
 
 

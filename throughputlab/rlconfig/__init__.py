@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from throughputlab.errors import UserError
 from throughputlab.files import first_error
 from throughputlab.rlconfig import hydra, interp, nemo_rl, openrlhf, trl, verl
-from throughputlab.rlconfig.common import Ctx
+from throughputlab.rlconfig.common import Ctx, deep_merge
 from throughputlab.rlconfig.model import FRAMEWORK_NAMES, Knob, RunConfig
 from throughputlab.rlconfig.nemo_rl_rules import RULES as NEMO_RL_RULES
 from throughputlab.rlconfig.sources import Source, read_source, with_overrides
@@ -79,7 +79,9 @@ def read_run_config(path: Union[str, Path], overrides: Iterable[str] = (), frame
     if fw == "nemo-rl":
         got.tree = nemo_rl.load(path, got.tree, src)
     elif fw == "verl" and got.data is not None and hydra.has_defaults_list(got.tree):
-        got.tree = hydra.compose(path, got.tree, src)
+        implied, notes = hydra.packaged_parents(path, got.tree)
+        got.extra.extend(notes)
+        got.tree = deep_merge(implied, hydra.compose(path, got.tree, src))
     overridden = with_overrides(got, overrides, src, fw)
     if fw in ("verl", "nemo-rl"):
         got.tree = interp.resolve_tree(got.tree)

@@ -15,12 +15,14 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import math
+import re
 from typing import Any, Iterable, Optional
 
 from throughputlab.errors import UserError
 from throughputlab.rlconfig.model import FRAMEWORK_NAMES, Knob
 
 Rules = list[tuple[tuple[str, ...], str]]
+_SHELL_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")  # ${HOME}: a shell variable, not a dotted config key
 _MISSING = object()
 
 
@@ -134,6 +136,16 @@ class Ctx:
         if value is _MISSING:
             return None
         if isinstance(value, str) and "${" in value:
+            shell = _SHELL_VAR.search(value)
+            if shell and kind == "str":  # a path naming $HOME or $DATA_DIR: kept as written, the name is what counts
+                self.note(key, value, f"kept as written: ${{{shell.group(1)}}} is not set in the config or script")
+                if field is not None:
+                    self.fields[field] = value
+                return value
+            if shell:
+                what = "is" if shell.group(0) == value.strip() else f"holds ${{{shell.group(1)}}},"
+                raise self.fail(key, f"{value!r} {what} a shell variable the script does not set; set it in the "
+                                     "script or give the key as an override")
             raise self.fail(key, f"cannot resolve {value!r} (it names a key or resolver this config lacks)")
         if isinstance(value, str) and value.startswith("$") and kind != "str":
             raise self.fail(key, f"{value!r} is a shell variable the script does not set; set it in the script "

@@ -20,8 +20,36 @@ from throughputlab.rlconfig.common import deep_merge
 WHAT = "a veRL Hydra config (YAML)"
 
 
+# veRL's own trainer configs, which a recipe's defaults list names without shipping them (Hydra finds them in
+# the installed package): their defaults are the ones the reader applies to any key a config leaves out; the
+# Megatron one also sets the strategy.
+PACKAGED = {"ppo_trainer": {}, "ppo_megatron_trainer": {"actor_rollout_ref": {"actor": {"strategy": "megatron"}}}}
+
+
 def has_defaults_list(tree: dict) -> bool:
     return isinstance(tree.get("defaults"), list)
+
+
+def packaged_parents(path: Path, data: dict) -> tuple[dict, list[tuple[str, str, str]]]:
+    """Drop from ``data``'s defaults list the veRL trainer configs it names that are not beside it (Hydra takes
+    them from the installed veRL); the settings they imply and a note for each."""
+    implied: dict = {}
+    notes = []
+    defaults = data.get("defaults")
+    if not isinstance(defaults, list):
+        return implied, notes
+    kept = []
+    for entry in defaults:
+        name = entry.removesuffix(".yaml") if isinstance(entry, str) else None
+        if name in PACKAGED and not (path.parent / f"{name}.yaml").is_file():
+            implied = deep_merge(implied, PACKAGED[name])
+            notes.append(("defaults", name, "veRL's own trainer config (from the installed package): its defaults are "
+                          "veRL's, as for any key the config leaves out"
+                          + ("; the actor trains with Megatron" if PACKAGED[name] else "")))
+            continue
+        kept.append(entry)
+    data["defaults"] = kept
+    return implied, notes
 
 
 def compose(path: Path, data: dict, src: str) -> dict:

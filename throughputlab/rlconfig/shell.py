@@ -18,7 +18,6 @@ from typing import Optional
 from throughputlab.errors import UserError
 
 _ASSIGN = re.compile(r"^(?:export\s+|local\s+|declare\s+(?:-\w+\s+)*)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 _ARITH = re.compile(r"\$\(\(([^()]*(?:\([^()]*\)[^()]*)*)\)\)")
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
         ast.Div: operator.floordiv, ast.Mod: operator.mod}
@@ -79,18 +78,81 @@ def _arith_in(m: re.Match, env: dict[str, str]) -> str:
     return str(v) if v is not None else m.group(0)
 
 
-def expand(text: str, env: dict[str, str]) -> str:
-    """``$NAME``, ``${NAME}``, ``${NAME:-default}`` and ``$((a * b))`` with the script's variables."""
-    def var(m: re.Match) -> str:
-        name = m.group(1) or m.group(3)
-        if name in env:
-            return env[name]
-        if m.group(2) is not None:
-            return m.group(2)
-        return m.group(0)
+_PARAM = re.compile(r"([A-Za-z_][A-Za-z0-9_]*|[0-9]+)(:?[-=+?])?(.*)$", re.S)
 
+
+def _closing(text: str, start: int) -> int:
+    """The index of the ``}`` that closes the ``${`` at ``start``; -1 if none."""
+    depth = 0
+    i = start
+    while i < len(text):
+        if text.startswith("${", i):
+            depth += 1
+            i += 2
+            continue
+        if text[i] == "}":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return -1
+
+
+def _parameter(body: str, env: dict[str, str]) -> Optional[str]:
+    """``${body}`` as the shell expands it: ``NAME``, ``NAME:-word`` / ``NAME-word`` (a default), ``NAME:=word``
+    (a default, assigned), ``NAME:+word`` (an alternative); None where it stays as written (a variable the
+    script does not set, without a default). Positional parameters (``${1:-vllm}``) are unset: the script is
+    read as run without arguments."""
+    m = _PARAM.match(body)
+    if not m:
+        return None
+    name, op, word = m.groups()
+    value = env.get(name)
+    if op is None:
+        return value if not word else None
+    unset = value is None or (op.startswith(":") and value == "")
+    kind = op[-1]
+    if kind in "-=":
+        if not unset:
+            return value
+        out = _substitute(word, env)
+        if kind == "=":
+            env[name] = out
+        return out
+    if kind == "+":
+        return "" if unset else _substitute(word, env)
+    return value
+
+
+def _substitute(text: str, env: dict[str, str]) -> str:
+    """One pass of parameter expansion over ``text``: ``$NAME`` and ``${...}``, nested defaults included."""
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        if text.startswith("${", i):
+            end = _closing(text, i)
+            if end < 0:
+                out.append(text[i:])
+                break
+            got = _parameter(text[i + 2:end], env)
+            out.append(text[i:end + 1] if got is None else got)
+            i = end + 1
+            continue
+        m = re.match(r"\$([A-Za-z_][A-Za-z0-9_]*)", text[i:])
+        if m:
+            out.append(env.get(m.group(1), m.group(0)))
+            i += m.end()
+            continue
+        out.append(text[i])
+        i += 1
+    return "".join(out)
+
+
+def expand(text: str, env: dict[str, str]) -> str:
+    """``$NAME``, ``${NAME}``, ``${NAME:-default}`` (defaults that hold other expansions too) and ``$((a * b))``
+    with the script's variables."""
     for _ in range(4):  # values that name other variables
-        new = _VAR.sub(var, text)
+        new = _substitute(text, env)
         new = _ARITH.sub(lambda m: _arith_in(m, env), new)
         if new == text:
             break

@@ -18,7 +18,11 @@ from throughputlab.rlconfig.common import apply_overrides
 from throughputlab.rlconfig.shell import find_command
 
 WHAT = "an RL launch config (veRL or NeMo-RL YAML, TRL GRPOConfig YAML/JSON, or a launch script)"
-VERL_MARKERS = ("verl.trainer.main_ppo", "main_ppo", "main_dapo", "fully_async_main", "verl.trainer.")
+VERL_MARKERS = ("verl.trainer.main_ppo", "main_ppo", "main_dapo", "fully_async_main", "verl.trainer.", ".main_")
+# veRL entry points that take Hydra overrides but run no RL step.
+VERL_NOT_RL = {"main_generation": "offline generation", "main_eval": "evaluation", "sft_trainer": "SFT",
+               "main_generation_server": "generation server"}
+SCRIPT_SUFFIXES = (".sh", ".bash")
 YAML_SUFFIXES = (".yaml", ".yml", ".json")
 _RAY_PREFIX = re.compile(r"^\([\w.-]+ pid=\d+(?:, ip=[\d.]+)?\) ", re.M)
 _PRINTED = re.compile(r"\{\s*'actor_rollout_ref'\s*:")
@@ -49,6 +53,9 @@ def read_source(path: Path, src: str) -> Source:
             return Source(tree=tree, form="openrlhf", extra=extra, version=version, ray=ray)
         if any(m in text for m in VERL_MARKERS) and re.search(r"\b[\w.]+=\S", text):
             return _verl_script(text, src)
+        if suffix in SCRIPT_SUFFIXES:
+            raise UserError(f"{src}: no RL trainer command in this script (looked for veRL's main_ppo or a recipe's "
+                            "main_*, OpenRLHF's train_ppo_ray); give the script that launches the training")
     if any("GRPOConfig(" in line and not line.lstrip().startswith("#") for line in text.splitlines()):
         raise UserError(f"{src}: a Python GRPOConfig(...) call; write its arguments as YAML or JSON (key: value), "
                         "the file `trl grpo --config` takes")
@@ -66,6 +73,11 @@ def read_source(path: Path, src: str) -> Source:
 def _verl_script(text: str, src: str) -> Source:
     """A veRL launch script: the Hydra overrides of its ``python -m verl.trainer.main_ppo`` command."""
     launcher, args = find_command(text, VERL_MARKERS, src, "veRL main_ppo")
+    module = launcher[-1].rsplit(".", 1)[-1].removesuffix(".py") if launcher else ""
+    for name, what in VERL_NOT_RL.items():
+        if module.endswith(name):
+            raise UserError(f"{src}: its command runs {launcher[-1]}, veRL's {what}, not an RL trainer; give the "
+                            "script that runs main_ppo (or a recipe's trainer)")
     extra = [("launcher", " ".join(launcher), "the command that starts the trainer: not a setting")]
     overrides, stray, i = [], [], 0
     while i < len(args):

@@ -286,6 +286,9 @@ def _kl_and_roles(ctx: Ctx) -> None:
 def _asynchronous(ctx: Ctx) -> None:
     """The fully-async recipe: a step is one weight sync, ``trigger_parameter_sync_step`` updates of
     ``require_batches`` mini-batches each."""
+    own = ctx.bool(f"{A}.use_rollout_log_probs", note="true: the engine's log-probs replace the old log-prob pass")
+    if own is not None:
+        ctx.set("old_logprob", not own, f"{A}.use_rollout_log_probs")
     if not ctx.has("async_training"):
         if ctx.fields.get("placement") == "one-step-off":
             ctx.set("off_policy_steps", 1, "actor_rollout_ref.hybrid_engine" if ctx.has(

@@ -1,0 +1,114 @@
+"""Launch scripts as veRL's examples and recipes write them: shell defaults that hold other expansions, positional
+parameters, recipe trainers (``recipe.X.main_X``), Hydra configs that name veRL's own trainer config, and the
+scripts that run no RL step, each refused in one line."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import run_main
+from throughputlab.errors import UserError
+from throughputlab.models import resolve_model
+from throughputlab.predict import Layout, predict_analytic
+from throughputlab.rlconfig import read_run_config
+from throughputlab.rlconfig.shell import expand
+
+
+@pytest.mark.parametrize("text, env, want", [
+    ("${1:-vllm}", {}, "vllm"),  # a positional parameter: the script read as run without arguments
+    ("${MODEL:-${HOME_DIR}/models/Q}", {"HOME_DIR": "/d"}, "/d/models/Q"),  # a default holding an expansion
+    ("${MODEL:-${HOME_DIR}/models/Q}", {"MODEL": "m"}, "m"),
+    ("${MODEL:-${HOME_DIR}/models/Q}", {}, "${HOME_DIR}/models/Q"),  # unset, kept as written for the reader
+    ("${A:+on}", {"A": "1"}, "on"),
+    ("${A:+on}", {}, ""),
+    ("$((2 * ${N:-4}))", {}, "8"),
+    ("${N}x$N", {"N": "3"}, "3x3"),
+])
+def test_shell_parameter_expansion(text, env, want):
+    assert expand(text, dict(env)) == want
+
+
+def test_an_assigned_default_is_kept_for_later_lines():
+    env: dict = {}
+    assert expand("${TP:=4}", env) == "4" and env["TP"] == "4" and expand("$TP", env) == "4"
+
+
+DAPO_SCRIPT = """#!/usr/bin/env bash
+# In the form of veRL's recipe/dapo/*.sh: defaults that name other variables, a positional engine.
+set -euxo pipefail
+ENGINE=${1:-vllm}
+RAY_DATA_HOME=${RAY_DATA_HOME:-"${HOME}/verl"}
+MODEL_PATH=${MODEL_PATH:-"${RAY_DATA_HOME}/models/Qwen2.5-Math-7B"}
+NNODES=${NNODES:-2}
+max_prompt_length=$((1024 * 2))
+max_response_length=$((1024 * 8))
+python3 -m recipe.dapo.main_dapo \\
+    data.train_batch_size=512 \\
+    data.max_prompt_length=${max_prompt_length} \\
+    data.max_response_length=${max_response_length} \\
+    actor_rollout_ref.model.path="${MODEL_PATH}" \\
+    actor_rollout_ref.actor.ppo_mini_batch_size=32 \\
+    actor_rollout_ref.rollout.name=${ENGINE} \\
+    actor_rollout_ref.rollout.n=16 \\
+    actor_rollout_ref.rollout.tensor_model_parallel_size=4 \\
+    trainer.n_gpus_per_node=8 \\
+    trainer.nnodes="${NNODES}"
+"""
+
+
+def test_a_recipe_script_with_nested_defaults_reads(tmp_path):
+    p = tmp_path / "run_dapo.sh"
+    p.write_text(DAPO_SCRIPT)
+    rc = read_run_config(p)
+    assert (rc.framework, rc.rollout_engine, rc.rollout_tp, rc.gpus, rc.nodes) == ("verl", "vllm", 4, 16, 2)
+    assert (rc.prompts_per_step, rc.responses_per_prompt, rc.response_tokens_max) == (512, 16, 8192)
+    # $HOME is the environment's: the path is kept as written, its model name is what a mismatch check reads
+    assert rc.model == "${HOME}/verl/models/Qwen2.5-Math-7B"
+    assert "is not set in the config or script" in rc.knob("actor_rollout_ref.model.path").note
+
+
+def test_a_number_from_a_variable_the_script_does_not_set_is_one_line(tmp_path):
+    p = tmp_path / "run.sh"
+    p.write_text(DAPO_SCRIPT.replace('trainer.nnodes="${NNODES}"', "trainer.nnodes=${SLURM_JOB_NUM_NODES}"))
+    with pytest.raises(UserError, match=r"trainer.nnodes: '\$\{SLURM_JOB_NUM_NODES\}' is a shell variable the "
+                                        "script does not set") as e:
+        read_run_config(p)
+    assert "\n" not in str(e.value) and str(p) in str(e.value)
+
+
+@pytest.mark.parametrize("command, fragment", [
+    ("python3 -m verl.trainer.main_generation data.path=x.parquet rollout.n=4", "veRL's offline generation"),
+    ("torchrun -m verl.trainer.fsdp_sft_trainer data.train_files=x model.partial_pretrain=m", "veRL's SFT"),
+    ("python3 scripts/prepare_data.py --out x.parquet", "no RL trainer command in this script"),
+])
+def test_scripts_that_run_no_rl_step_are_refused(tmp_path, command, fragment):
+    p = tmp_path / "job.sh"
+    p.write_text(f"#!/bin/bash\nset -x\n{command}\n")
+    with pytest.raises(UserError, match=fragment) as e:
+        read_run_config(p)
+    assert "\n" not in str(e.value) and str(p) in str(e.value)
+
+
+def test_a_hydra_config_naming_verls_own_megatron_trainer(tmp_path):
+    p = tmp_path / "my_grpo.yaml"
+    p.write_text("hydra:\n  searchpath: [pkg://verl/trainer/config]\ndefaults:\n  - ppo_megatron_trainer\n  - _self_\n"
+                 "data:\n  train_batch_size: 64\nactor_rollout_ref:\n  rollout:\n    n: 8\n"
+                 "    tensor_model_parallel_size: 2\n")
+    rc = read_run_config(p)
+    assert (rc.train_strategy, rc.prompts_per_step, rc.responses_per_prompt) == ("megatron", 64, 8)
+    assert "veRL's own trainer config" in rc.knob("defaults").note
+    (tmp_path / "ppo_megatron_trainer.yaml").write_text("actor_rollout_ref:\n  actor:\n    strategy: fsdp\n")
+    assert read_run_config(p).train_strategy == "fsdp"  # a file of that name beside it is the one composed
+
+
+def test_a_decide_refusal_comes_before_the_config_listing(tmp_path):
+    prof = tmp_path / "q7.json"
+    predict_analytic(resolve_model("qwen2.5-7b").spec, "h100", layout=Layout(gpus=8)).save(prof)
+    p = tmp_path / "run.sh"
+    p.write_text(DAPO_SCRIPT.replace("tensor_model_parallel_size=4", "tensor_model_parallel_size=1")
+                 .replace("trainer.n_gpus_per_node=8", "trainer.n_gpus_per_node=8 "
+                          "actor_rollout_ref.rollout.gpu_memory_utilization=0.2"))
+    r = run_main("decide", "--profile", str(prof), "--config", str(p), "--nodes", "1", "--gpus", "8")
+    out = r.output.strip()
+    assert r.exit_code == 2 and len(out.splitlines()) == 1, out
+    assert "no room for a KV cache" in out and "--gpu-memory-utilization" in out
