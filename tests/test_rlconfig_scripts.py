@@ -112,3 +112,35 @@ def test_a_decide_refusal_comes_before_the_config_listing(tmp_path):
     out = r.output.strip()
     assert r.exit_code == 2 and len(out.splitlines()) == 1, out
     assert "no room for a KV cache" in out and "--gpu-memory-utilization" in out
+
+
+def test_a_defaults_entry_of_a_config_at_its_own_package(tmp_path):
+    """veRL v0.7's ppo_trainer.yaml names ``- reward_manager@reward_manager``: reward_manager.yaml of the same
+    folder, placed under reward_manager."""
+    (tmp_path / "reward_manager.yaml").write_text("name: naive\nsource: register\n")
+    (tmp_path / "rollout").mkdir()
+    (tmp_path / "rollout" / "rollout.yaml").write_text("n: 4\ntensor_model_parallel_size: 2\n")
+    p = tmp_path / "trainer.yaml"
+    p.write_text("defaults:\n  - rollout@actor_rollout_ref.rollout: rollout\n  - reward_manager@reward_manager\n"
+                 "  - _self_\nactor_rollout_ref:\n  hybrid_engine: true\ndata:\n  train_batch_size: 32\n")
+    rc = read_run_config(p)
+    assert (rc.prompts_per_step, rc.responses_per_prompt, rc.rollout_tp) == (32, 4, 2)
+    assert rc.knob("reward_manager").note.startswith("the reward function")
+
+
+def test_verl_v07_keys_megatron_lora_rank_and_copies():
+    import yaml
+
+    tree = {"data": {"train_batch_size": 64}, "actor_rollout_ref": {
+        "actor": {"strategy": "megatron", "rollout_n": 8, "use_remove_padding": True, "tau_pos": 1.0},
+        "model": {"path": "Qwen/Qwen3-8B", "use_remove_padding": True, "lora": {"rank": 16, "alpha": 32},
+                  "mtp": {"enable": False}, "tiled_mlp": {"enabled": False}},
+        "rollout": {"n": 8, "tensor_model_parallel_size": 2, "logprobs_mode": "processed_logprobs"}}}
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        yaml.safe_dump(tree, f)
+    rc = read_run_config(f.name)
+    assert (rc.lora_rank, rc.responses_per_prompt, rc.train_strategy) == (16, 8, "megatron")
+    assert "copies of actor_rollout_ref.rollout.n" in rc.knob("actor_rollout_ref.actor.rollout_n").note
+    assert rc.knob("actor_rollout_ref.model.mtp").note.startswith("multi-token prediction")

@@ -86,8 +86,9 @@ def _compose(path: Path, data: dict, root: Path, group: str, package: str, chain
             out = deep_merge(out, _place(data, package))
             continue
         optional = False
-        if isinstance(entry, str):  # a config of this file's own folder, at this file's place
-            child_group, option, child_pkg = group, entry, package
+        if isinstance(entry, str):  # a config of this file's own folder, at this file's place or at @package
+            option, _, pkg = entry.partition("@")
+            child_group, child_pkg = group, _package(package, pkg) if pkg else package
         elif isinstance(entry, dict) and len(entry) == 1:
             (key, option), = entry.items()
             words = str(key).split()

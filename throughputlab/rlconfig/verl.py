@@ -176,6 +176,8 @@ def _actor(ctx: Ctx) -> None:
     ctx.set("activation_checkpointing", None if gc is None else ("full" if gc else "none"),
             f"{M}.enable_gradient_checkpointing")
     ctx.int(f"{M}.lora_rank", "lora_rank", minimum=0)
+    if "lora_rank" not in ctx.fields:  # v0.7's Megatron LoRA section (model.lora.rank)
+        ctx.int(f"{M}.lora.rank", "lora_rank", minimum=0)
     if megatron:
         if strategy is None:  # the recipe names no strategy but configures Megatron (the megatron trainer's config)
             ctx.set("train_strategy", "megatron", f"{A}.megatron")
