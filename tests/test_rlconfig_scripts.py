@@ -144,3 +144,59 @@ def test_verl_v07_keys_megatron_lora_rank_and_copies():
     assert (rc.lora_rank, rc.responses_per_prompt, rc.train_strategy) == (16, 8, "megatron")
     assert "copies of actor_rollout_ref.rollout.n" in rc.knob("actor_rollout_ref.actor.rollout_n").note
     assert rc.knob("actor_rollout_ref.model.mtp").note.startswith("multi-token prediction")
+
+
+OPENRLHF_V010 = """#!/bin/bash
+# In the form of OpenRLHF v0.10's examples/scripts: sectioned flags gathered in bash arrays.
+MODEL_PATH=Qwen/Qwen3-4B
+ROLLOUT_ARGS=(
+   --actor.model_name_or_path ${MODEL_PATH}
+   # --reward.model_name_or_path some/rm
+   --data.max_len 4096
+   --rollout.max_new_tokens 3072
+   --rollout.batch_size 128
+   --rollout.n_samples_per_prompt 8
+   --train.batch_size 1024
+   --train.dynamic_batch_enable
+   --train.max_tokens_per_gpu 16384
+   --ds.packing_samples
+)
+ENGINE_ARGS=(
+   --actor.num_nodes 1 --actor.num_gpus_per_node 8
+   --vllm.num_engines 4 --vllm.tensor_parallel_size 2 --vllm.gpu_memory_utilization 0.6
+   --train.colocate_all --vllm.enable_sleep --ds.enable_sleep --ds.zero_stage 3 --ds.param_dtype bf16
+   --algo.advantage.estimator reinforce_baseline --algo.kl.init_coef 0.0 --reward.remote_url reward.py
+)
+ray job submit --address="http://127.0.0.1:8265" -- python3 -m openrlhf.cli.train_ppo_ray \\
+   ${ROLLOUT_ARGS[@]} "${ENGINE_ARGS[@]}" --logger.logging_steps 1
+"""
+
+
+def test_openrlhf_v010_sectioned_flags_in_bash_arrays(tmp_path):
+    p = tmp_path / "train.sh"
+    p.write_text(OPENRLHF_V010)
+    rc = read_run_config(p)
+    assert (rc.framework, rc.model, rc.prompts_per_step, rc.responses_per_prompt) == ("openrlhf", "Qwen/Qwen3-4B", 128, 8)
+    assert (rc.train_mini_batch_sequences, rc.sequence_tokens_max, rc.response_tokens_max) == (1024, 4096, 3072)
+    assert (rc.dynamic_batch, rc.token_budget_per_gpu, rc.remove_padding, rc.train_dtype) == (True, 16384, True, "bf16")
+    assert (rc.placement, rc.rollout_tp, rc.gpu_memory_utilization, rc.gpus) == ("colocated", 2, 0.6, 8)
+    assert (rc.critic, rc.reference, rc.reward_model) == (False, False, False)
+    assert rc.knob("--logger").note == "logging"
+    assert "--reward.model_name_or_path" not in {k.key for k in rc.read}  # commented out inside the array
+
+
+def test_a_launch_inside_bash_c_is_found(tmp_path):
+    p = tmp_path / "slurm.sh"
+    p.write_text('#!/bin/bash\nsrun --nodes=1 bash -c \\\n"pip install ray && ray job submit -- python3 -m '
+                 'openrlhf.cli.train_ppo_ray --rollout.batch_size 64 --train.batch_size 64 \\\n'
+                 '    --rollout.n_samples_per_prompt 4 --actor.num_nodes 1 --actor.num_gpus_per_node 8"\n')
+    rc = read_run_config(p)
+    assert (rc.prompts_per_step, rc.responses_per_prompt, rc.gpus_per_node) == (64, 4, 8)
+
+
+def test_openrlhf_old_flags_still_read_with_a_dict_valued_flag(tmp_path):
+    p = tmp_path / "old.sh"
+    p.write_text("python3 -m openrlhf.cli.train_ppo_ray --rollout_batch_size 32 --train_batch_size 64 "
+                 "--n_samples_per_prompt 4 --use_wandb {wandb_token}\n")
+    rc = read_run_config(p)
+    assert (rc.prompts_per_step, rc.train_mini_batch_sequences, rc.responses_per_prompt) == (32, 64, 4)

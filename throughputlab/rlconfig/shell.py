@@ -1,8 +1,8 @@
 """Launch commands in shell scripts or text files: the command that starts a trainer, its arguments.
 
 A script is read, never run: backslash line continuations are joined, comments dropped, the
-script's own plain variable assignments (``NAME=value``, ``export NAME=...``, ``${NAME:-default}``)
-and integer ``$((...))`` arithmetic are substituted, then each command is split with ``shlex``.
+script's own plain variable assignments (``NAME=value``, ``export NAME=...``, ``${NAME:-default}``),
+its arrays (``ARGS=( ... )`` used as ``${ARGS[@]}``) and integer ``$((...))`` arithmetic are substituted, then each command is split with ``shlex``.
 A variable the script does not set (the environment's, or ``$(command)``) stays as written, so
 the reader can name it if a value it needs depends on it.
 """
@@ -18,6 +18,8 @@ from typing import Optional
 from throughputlab.errors import UserError
 
 _ASSIGN = re.compile(r"^(?:export\s+|local\s+|declare\s+(?:-\w+\s+)*)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+_ARRAY_START = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=\((.*)$", re.S)
+_ARRAY_USE = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\[[@*]\]\}$")
 _ARITH = re.compile(r"\$\(\(([^()]*(?:\([^()]*\)[^()]*)*)\)\)")
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
         ast.Div: operator.floordiv, ast.Mod: operator.mod}
@@ -44,13 +46,27 @@ def logical_lines(text: str) -> list[str]:
         for tok in tokens:
             if tok in (";", "&&", "||", "&", "|"):
                 if cur:
-                    out.append(shlex.join(cur))
+                    out.append(cur)
                 cur = []
             else:
                 cur.append(tok)
         if cur:
-            out.append(shlex.join(cur))
-    return [x for x in out if x]
+            out.append(cur)
+    return [shlex.join(x) if isinstance(x, list) else x for x in _arrays_joined(out) if x]
+
+
+def _arrays_joined(lines: list) -> list:
+    """An array assignment over several lines (``ARGS=(`` ... ``)``, comments already dropped) as one line."""
+    out: list = []
+    open_array = False
+    for x in lines:
+        if open_array and isinstance(x, list):
+            out[-1].extend(x)
+            open_array = not (x and x[-1].endswith(")"))
+            continue
+        out.append(x)
+        open_array = isinstance(x, list) and bool(_ARRAY_START.match(x[0])) and not x[-1].endswith(")")
+    return out
 
 
 def _arith(expr: str) -> Optional[int]:
@@ -160,10 +176,12 @@ def expand(text: str, env: dict[str, str]) -> str:
     return text
 
 
-def commands(text: str) -> list[list[str]]:
+def commands(text: str, env: Optional[dict[str, str]] = None,
+             arrays: Optional[dict[str, list[str]]] = None) -> list[list[str]]:
     """Each command of the script as its words, variables substituted; assignments are remembered,
     not returned."""
-    env: dict[str, str] = {}
+    env = {} if env is None else env
+    arrays = {} if arrays is None else arrays
     out = []
     for line in logical_lines(text):
         try:
@@ -172,13 +190,29 @@ def commands(text: str) -> list[list[str]]:
             words = line.split()
         if not words:
             continue
+        arr = _ARRAY_START.match(words[0])
+        if arr and words[-1].endswith(")"):  # NAME=( a b c ): its words, expanded, for "${NAME[@]}"
+            items = [arr.group(2), *words[1:]]
+            items[-1] = items[-1][:-1]
+            arrays[arr.group(1)] = [expand(w, env) for w in items if w]
+            continue
         single = len(words) == 1 or (len(words) == 2 and words[0] in ("export", "local", "declare"))
         m = _ASSIGN.match(" ".join(words)) if single else None
         if m:
             value = words[-1].split("=", 1)[1] if "=" in words[-1] else ""
             env[m.group(1)] = expand(value, env)
             continue
-        out.append([expand(w, env) for w in words])
+        cmd: list[str] = []
+        for w in words:
+            use = _ARRAY_USE.match(w)
+            if use and use.group(1) in arrays:
+                cmd.extend(arrays[use.group(1)])
+            else:
+                cmd.append(expand(w, env))
+        out.append(cmd)
+        for k, w in enumerate(cmd[1:-1], 1):  # bash -c "...": the string is a script of its own (srun ... bash -c)
+            if w == "-c" and cmd[k - 1].rsplit("/", 1)[-1] in ("bash", "sh"):
+                out.extend(commands(cmd[k + 1], env, arrays))
     return out
 
 
