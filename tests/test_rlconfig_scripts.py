@@ -4,6 +4,8 @@ scripts that run no RL step, each refused in one line."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from conftest import run_main
@@ -200,3 +202,17 @@ def test_openrlhf_old_flags_still_read_with_a_dict_valued_flag(tmp_path):
                  "--n_samples_per_prompt 4 --use_wandb {wandb_token}\n")
     rc = read_run_config(p)
     assert (rc.prompts_per_step, rc.train_mini_batch_sequences, rc.responses_per_prompt) == (32, 64, 4)
+
+
+def test_a_trl_1x_config_reads_every_key():
+    """TRL 1.x added TrainingArguments and GRPO keys (entropy control, SAPO, VESPO, trackio, parallelism_config):
+    each is read or ignored with a reason, none is an unknown-key error."""
+    import yaml
+
+    path = Path(__file__).parent / "data" / "rlconfig" / "trl_grpo_v1.yaml"
+    rc = read_run_config(path)
+    keys = {k.key for k in (*rc.read, *rc.ignored)}
+    tree = yaml.safe_load(path.read_text())
+    assert {k for k in tree if k not in keys and not any(k.startswith(x + ".") for x in keys)} == set()
+    assert (rc.prompts_per_step, rc.responses_per_prompt, rc.placement, rc.reference) == (8, 8, "colocated", False)
+    assert rc.knob("sapo_temperature_pos").note.startswith("loss and advantage")
