@@ -75,3 +75,20 @@ def test_cdna3_all_reduces_follow_rccl_on_xgmi():
     header = next(n for n in predict_analytic(resolve_model("qwen2.5-7b").spec, "mi300x", concurrency=(1,)).notes
                   if n.startswith("efficiencies from"))
     assert "tp_alpha_s 56 us" in header and "RCCL" in header
+
+
+def test_fp8_gemms_reach_a_smaller_share_than_bf16_ones_from_the_mamf_tables():
+    """FP8 weights: the decode and prefill FLOP/s are the dtype's peak times the family's share times the FP8 factor
+    (Hopper 0.90, Blackwell 0.98-0.99, CDNA3 0.90); BF16 and training keep theirs; GB200 and B200 take their MAMF."""
+    from throughputlab.predict import analytic_model
+
+    spec = resolve_model("llama3.1-8b").spec
+    hopper = efficiencies_for("H100 SXM")
+    bf16, _, _ = analytic_model(spec, "h100", "bfloat16", hopper)
+    fp8, _, _ = analytic_model(spec, "h100", "fp8", hopper)
+    assert fp8.decode.phi_flops_per_s / bf16.decode.phi_flops_per_s == pytest.approx(2 * 0.90, rel=0.01)
+    assert fp8.prefill.phi_flops_per_s / bf16.prefill.phi_flops_per_s == pytest.approx(2 * 0.90, rel=0.01)
+    assert efficiencies_for("A100 80GB SXM").fp8_gemm_share == 1.0  # no FP8 tensor cores, no figure
+    gb200, b200 = efficiencies_for("GB200"), efficiencies_for("B200")
+    assert gb200.decode_phi == pytest.approx(0.50 * 0.91) and b200.decode_phi == pytest.approx(0.50 * 0.97)
+    assert "ml-engineering" in gb200.source and "x 0.90 with FP8 weights" in efficiencies_for("MI300X").source

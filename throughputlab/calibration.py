@@ -35,6 +35,7 @@ class Efficiencies(BaseModel):
     attention_bw: Optional[float] = 0.80
     decode_phi: float = 0.50
     prefill_phi: float = 0.60
+    fp8_gemm_share: float = 1.0  # FP8 weights: the decode and prefill FLOP/s shares times this (MAMF FP8 / BF16)
     train_phi: float = 0.40  # the fallback: predict takes roofline.train_mfu's published figure unless measured
     train_phi_measured: bool = False  # calibrated from a profile's training fit
     decode_t0_s: float = rf.GRAPH_STEP_S  # the step's own fixed cost; predictions add the per-layer ones
@@ -57,7 +58,9 @@ class Efficiencies(BaseModel):
     def describe(self) -> list[str]:
         lines = [f"efficiencies from {self.source}:",
                  f"decode bandwidth {self.decode_bw:.0%} of peak, decode FLOP/s {self.decode_phi:.0%}, "
-                 f"prefill FLOP/s {self.prefill_phi:.0%}, training FLOP/s "
+                 f"prefill FLOP/s {self.prefill_phi:.0%}"
+                 + (f" (x {self.fp8_gemm_share:.2f} with FP8 weights)" if self.fp8_gemm_share != 1.0 else "")
+                 + ", training FLOP/s "
                  + (f"{self.train_phi:.0%}" if self.train_phi_measured else "the device family's (published FSDP runs)"),
                  "decode attention: " + (f"its own kernel after the GEMMs, KV read at {self.attention_bw:.0%} of "
                                          "peak bandwidth" if self.attention_bw else
@@ -95,17 +98,31 @@ _XGMI = {"tp_small_alpha_s": rf.XGMI_SMALL_ALPHA_S, "tp_small_bw_share": rf.XGMI
 _XGMI_SRC = ("collectives from RCCL's all_reduce_perf on 8 MI300X (rocm.blogs.amd.com, MI300X RCCL xGMI, Mar 2025): "
              "small tensors 7.2 us + 150 GB/s bus bandwidth, large 56 us + 315 GB/s")
 _CDNA3_MAF = "FLOP/s shares from AMD's max-achievable FLOPs (rocm.blogs.amd.com, Measuring Max-Achievable FLOPs Part 2): "
+# FP8 GEMMs reach a smaller share of their (twice as high) peak than BF16 ones. Maximum achievable matmul FLOP/s
+# (stas00/ml-engineering, compute/accelerator/README.md, MAMF tables, @744d01e Aug 2026; no sparsity, torch 2.5-2.10):
+# H100 SXM BF16 794.5 of 989 (80.3%), FP8 1,402.6 of 1,979 (70.9%): 0.883; H200 FP8 1,453.4 (73.4%) against the
+# same BF16: 0.914; Hopper 0.90. B200 BF16 1,745 of 2,250 (77.6%), FP8 3,432.5 of 4,500 (76.3%): 0.983; GB200 BF16
+# 1,822 of 2,500 (72.9%), FP8 3,615.6 of 5,000 (72.3%): 0.992; Blackwell 0.99. MI300X (AMD's figures above): FP8
+# 48.7% against BF16 54.2%: 0.90. The BF16 MAMFs also set Blackwell's FLOP/s shares against Hopper's 80.3%, on
+# which the stated shares were set: B200 x 0.776/0.803 = 0.97, GB200 x 0.729/0.803 = 0.91.
+_MAMF = "maximum achievable matmul FLOP/s (stas00/ml-engineering MAMF tables, Aug 2026): "
+_HOPPER_FP8 = _MAMF + "FP8 at 0.88 (H100) and 0.91 (H200) of BF16's share, 0.90 taken"
+_BLACKWELL = (_MAMF + "BF16 {bf16} of peak against H100's 80.3%: x {x:.2f}; FP8 at {fp8:.2f} of BF16's share")
 _FAMILY_ROWS: list[tuple[str, tuple[str, ...], Optional[str], dict[str, float], str]] = [
     ("NVIDIA Hopper", ("H100 SXM", "H100 PCIe", "H100 NVL", "H200", "H20", "H800 SXM", "H800 PCIe"), None,
-     {"decode_bw": 0.80}, "Nsight Compute on an H100 SXM5 LLM decode (mikamirai.com/blog/gpu-memory-bandwidth, "
-     "2026): weight loads 2.6-2.8 TB/s of 3.35 (78-84%); 80% kept"),
+     {"decode_bw": 0.80, "fp8_gemm_share": 0.90}, "Nsight Compute on an H100 SXM5 LLM decode "
+     "(mikamirai.com/blog/gpu-memory-bandwidth, 2026): weight loads 2.6-2.8 TB/s of 3.35 (78-84%); 80% kept; "
+     + _HOPPER_FP8),
     ("NVIDIA Ampere", ("A100 40GB", "A100 80GB PCIe", "A100 80GB SXM", "A800 80GB PCIe", "A800 80GB SXM", "A10",
                        "RTX 3090"), None,
      {"decode_bw": 0.77}, "vLLM batch-1 decode of Llama-3.1-8B BF16 on an A100 40GB, ~75 tokens/s, about 77% of "
      "the memory roofline (johnmusgrave.com/p/vllm-throughput-latency-sweep-on); a read kernel tops out at "
      "1.80 of 2.04 TB/s, 88% (forums.developer.nvidia.com/t/339083)"),
     ("NVIDIA Ada", ("L40S", "L4", "RTX 4090"), None, {}, ""),
-    ("NVIDIA Blackwell", ("B200", "GB200"), None, {}, ""),
+    ("NVIDIA Blackwell", ("B200",), None, {"decode_phi": 0.50 * 0.97, "prefill_phi": 0.60 * 0.97, "fp8_gemm_share": 0.98},
+     _BLACKWELL.format(bf16="77.6%", x=0.97, fp8=0.98)),
+    ("NVIDIA Blackwell", ("GB200",), None, {"decode_phi": 0.50 * 0.91, "prefill_phi": 0.60 * 0.91,
+                                            "fp8_gemm_share": 0.99}, _BLACKWELL.format(bf16="72.9%", x=0.91, fp8=0.99)),
     # CDNA3 compute: the datasheet peak is at the 2.1 GHz boost clock, which dense GEMMs do not hold. AMD's
     # max-achievable FLOPs (rocm.blogs.amd.com, "Measuring Max-Achievable FLOPs - Part 2", Feb 2025, hipBLASLt at
     # 4096x4864x32896): MI300X BF16 708 of 1,307 TFLOP/s (54%; FP8 1,273 of 2,615, 49%), MI325X BF16 843 (64.5%;
@@ -113,11 +130,13 @@ _FAMILY_ROWS: list[tuple[str, tuple[str, ...], Optional[str], dict[str, float], 
     # H100's 989 (73%; SemiAnalysis, "MI300X vs H100 vs H200 Benchmark Part 1: Training", Dec 2024): the CDNA3
     # shares are the stated ones x 0.54/0.73 = 0.74 (MI300X) and x 0.645/0.73 = 0.88 (MI325X), BF16's figure.
     ("AMD CDNA3", ("MI300X",), None,
-     {"decode_bw": 0.57, "decode_phi": 0.50 * 0.74, "prefill_phi": 0.60 * 0.74, **_XGMI}, _CDNA3_BW + "; " + _CDNA3_MAF
-     + "MI300X BF16 708 of 1,307 TFLOP/s, 54%, against about 73% on H100 (SemiAnalysis, Dec 2024): x 0.74; " + _XGMI_SRC),
+     {"decode_bw": 0.57, "decode_phi": 0.50 * 0.74, "prefill_phi": 0.60 * 0.74, "fp8_gemm_share": 0.90, **_XGMI},
+     _CDNA3_BW + "; " + _CDNA3_MAF + "MI300X BF16 708 of 1,307 TFLOP/s, 54%, against about 73% on H100 (SemiAnalysis, "
+     "Dec 2024): x 0.74; FP8 1,273 of 2,615, 48.7%: x 0.90 with FP8 weights; " + _XGMI_SRC),
     ("AMD CDNA3", ("MI325X",), None,
-     {"decode_bw": 0.57, "decode_phi": 0.50 * 0.88, "prefill_phi": 0.60 * 0.88, **_XGMI}, _CDNA3_BW + "; " + _CDNA3_MAF
-     + "MI325X BF16 843 of 1,307 TFLOP/s, 64.5%, against about 73% on H100 (SemiAnalysis, Dec 2024): x 0.88; "
+     {"decode_bw": 0.57, "decode_phi": 0.50 * 0.88, "prefill_phi": 0.60 * 0.88, "fp8_gemm_share": 0.90, **_XGMI},
+     _CDNA3_BW + "; " + _CDNA3_MAF + "MI325X BF16 843 of 1,307 TFLOP/s, 64.5%, against about 73% on H100 (SemiAnalysis, "
+     "Dec 2024): x 0.88; FP8 58% against 64.5%: x 0.90 with FP8 weights; "
      + _XGMI_SRC + " (the MI300X's, same links)"),
 ]
 

@@ -139,6 +139,7 @@ def analytic_model(spec: ModelSpec, gpu: str, dtype: str = "bfloat16", eff: Effi
                         f"use one of {', '.join(ds.flops_per_s)}")
     costs = Costs.from_spec(spec, bpp, rf.kv_value_bytes(bpp, settings.kv_cache_dtype))
     bw = eff.decode_bw * ds.memory_bandwidth_bytes_per_s
+    gemm_phi = phi_peak * (eff.fp8_gemm_share if dtype == "fp8" else 1.0)  # decode and prefill GEMMs
     mem = float(ds.memory_bytes) if ds.memory_bytes else None
     settings, kv_tokens = size_kv(settings, costs, layout.tp, mem)  # per engine
     t0 = rf.decode_fixed_s(spec.num_layers, step_s=eff.decode_t0_s, gemm_floors=not eff.decode_t0_includes_layers,
@@ -148,11 +149,11 @@ def analytic_model(spec: ModelSpec, gpu: str, dtype: str = "bfloat16", eff: Effi
     model = ThroughputModel(
         source="analytic" if eff.source.startswith("stated defaults") else "calibrated",
         costs=costs, engine=settings, max_num_seqs=settings.max_num_seqs,
-        decode=DecodeParams(t0_s=t0, bw_bytes_per_s=bw, phi_flops_per_s=eff.decode_phi * phi_peak,
+        decode=DecodeParams(t0_s=t0, bw_bytes_per_s=bw, phi_flops_per_s=eff.decode_phi * gemm_phi,
                             t_seq_s=eff.decode_t_seq_s or rf.sync_host_per_seq_s(settings.name, settings.version,
                                                                                  settings.async_scheduling),
                             bw_attn_bytes_per_s=eff.attention_bw * ds.memory_bandwidth_bytes_per_s if eff.attention_bw else None),
-        prefill=PrefillParams(t0_s=eff.prefill_t0_s, bw_bytes_per_s=bw, phi_flops_per_s=eff.prefill_phi * phi_peak),
+        prefill=PrefillParams(t0_s=eff.prefill_t0_s, bw_bytes_per_s=bw, phi_flops_per_s=eff.prefill_phi * gemm_phi),
         train=TrainParams(t0_s=eff.train_t0_s, phi_flops_per_s=train_mfu(ds.device, dtype, eff, costs)[0] * phi_peak,
                           mem0_bytes=rf.fsdp_memory_per_rank_bytes(costs, layout.gpus, 0, 0.0),
                           mem_per_sample_bytes=None, device_memory_bytes=mem),
@@ -340,7 +341,7 @@ def predict_analytic(spec: ModelSpec, gpu: str, *, dtype: str = "bfloat16", cali
             ParamEstimate(name="bw_bytes_per_s", value=model.decode.bw_bytes_per_s, unit="B/s",
                           note=f"{eff.decode_bw:.0%} of the datasheet"),
             ParamEstimate(name="phi_flops_per_s", value=model.decode.phi_flops_per_s, unit="FLOP/s",
-                          note=f"{eff.decode_phi:.0%} of the datasheet"),
+                          note=f"{model.decode.phi_flops_per_s / peaks.datasheet_flops_per_s:.0%} of the datasheet"),
         ], context_len=s, knee_concurrency=knee, knee_note=knee_note, generation_knee_concurrency=e2e,
         generation_knee_note=e2e_note, n_points=0, points=[])
     fit = FitResult(method="analytic" if calibrate is None else "calibrated", created_at=now_iso(), model=model,
