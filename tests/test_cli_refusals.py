@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import refused
+from conftest import refused, run_main
 from throughputlab.models import resolve_model
 from throughputlab.predict import Layout, predict_analytic
 
@@ -101,3 +101,13 @@ def test_an_import_at_a_tensor_parallel_size_the_heads_do_not_allow(tmp_path):
     data = Path(__file__).parent / "data" / "imports" / "guidellm_benchmarks.json"
     refused("import", "guidellm", str(data), "--model", "llama3.1-8b", "--gpu", "h100", "--tp", "3",
             "-o", str(tmp_path / "g.json"), fragments=("--tp 3 does not divide llama3.1-8b's 32 attention heads",))
+
+
+@pytest.mark.parametrize("flag, value", [("--kv-cache-gib", "1e999"), ("--kv-cache-gib", "nan"),
+                                         ("--gpu-memory-utilization", "nan"), ("--target", "inf")])
+def test_decide_refuses_infinite_and_nan_settings_in_one_line(tmp_path, flag, value):
+    prof = tmp_path / "p.json"
+    predict_analytic(resolve_model("qwen2.5-0.5b").spec, "h100").save(prof)
+    r = run_main("decide", "--profile", str(prof), "--prompts", "64,128", flag, value)
+    out = r.output.strip()
+    assert r.exit_code == 2 and len(out.splitlines()) == 1 and "Traceback" not in out, out

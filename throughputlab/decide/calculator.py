@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Literal, Optional
 
-from pydantic import Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from throughputlab.decide.backend import fsdp_note
 from throughputlab.decide.cluster import (
@@ -37,6 +37,7 @@ from throughputlab.throughput import ThroughputModel
 
 class SamplesSpec(Record):
     """Where samples-to-target comes from: learning curves (with a target) or a parametric N*."""
+    model_config = ConfigDict(allow_inf_nan=False)  # a setting of inf or nan is refused
 
     curves: Optional[CurvesSpec] = None
     target: Optional[float] = Field(None, description="Metric value to reach (with --curves).")
@@ -45,6 +46,7 @@ class SamplesSpec(Record):
 
 
 class LRSpec(Record):
+    model_config = ConfigDict(allow_inf_nan=False)  # a setting of inf or nan is refused
     ref: Optional[float] = Field(None, description="Learning rate tuned at the baseline batch.")
     ref_prompts: Optional[int] = None  # reference batch in prompts per step (default: the baseline)
     rule: Literal["sqrt", "linear", "none"] = Field("sqrt", description="Learning-rate retuning rule.")
@@ -59,6 +61,7 @@ class LRSpec(Record):
 
 class DecideSpec(Record):
     """Everything `throughputlab decide` needs; the spec file holds it, flags override it."""
+    model_config = ConfigDict(allow_inf_nan=False)  # a setting of inf or nan is refused
 
     profile: Optional[str] = Field(None, description="Profile JSON, measured (`bench`) or predicted (`predict`).")
     train_profile: Optional[str] = None  # separate training devices measured on their own

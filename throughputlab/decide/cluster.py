@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from throughputlab import roofline as rf
 from throughputlab.calibration import DEFAULT_EFFICIENCIES
@@ -31,6 +31,7 @@ SPLIT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default on devices that only genera
 
 class ClusterSpec(Record):
     """The devices of the run and where each phase runs (flags or the spec's ``cluster``)."""
+    model_config = ConfigDict(allow_inf_nan=False)  # a setting of inf or nan is refused
 
     gpus: Optional[int] = Field(None, description=(  # default: the profile's layout (1 for a measured profile)
         "Devices in the cluster."))

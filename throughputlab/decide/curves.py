@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Literal, Optional
 
 import numpy as np
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from throughputlab.decide.lengths import parse_kv
 from throughputlab.errors import UserError
@@ -42,6 +42,7 @@ class CurveColumns(Record):
 
 
 class CurvesSpec(Record):
+    model_config = ConfigDict(allow_inf_nan=False)  # a setting of inf or nan is refused
     path: str = Field(description="Learning curves, one row per logged step.")
     columns: CurveColumns = Field(CurveColumns(), description=(
         "Curves column names, KEY in run, batch, lr, samples, step, metric (repeatable)."))

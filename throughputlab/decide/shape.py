@@ -15,7 +15,7 @@ OVERLAPS = ("colocated", "separate", "off-policy")
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # a setting of inf or nan is refused
 
 
 class ResponseSpec(_Spec):

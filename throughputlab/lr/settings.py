@@ -8,7 +8,7 @@ from __future__ import annotations
 import difflib
 from typing import Annotated, Any, Optional
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, ConfigDict, Field
 
 from throughputlab.records.base import Record
 
@@ -71,6 +71,7 @@ def _columns(value: Any) -> Any:
 
 class ScaleSpec(Record):
     """`lr scale`: a learning rate tuned at one batch size, moved to another."""
+    model_config = ConfigDict(allow_inf_nan=False)  # a setting of inf or nan is refused
 
     lr: Optional[Positive] = Field(None, description="Learning rate tuned at --from-batch.")
     from_batch: Optional[Positive] = Field(None, description="Batch size (sequences or tokens) the lr was tuned at.")
@@ -84,6 +85,7 @@ class ScaleSpec(Record):
 
 class FitSpec(Record):
     """`lr fit`: the sweep CSV and how its lr law is fitted."""
+    model_config = ConfigDict(allow_inf_nan=False)  # a setting of inf or nan is refused
 
     sweep: Optional[str] = Field(None, description="The sweep CSV, one row per run.")
     columns: Annotated[dict[str, str], BeforeValidator(_columns)] = Field(
@@ -99,6 +101,7 @@ Moments = Annotated[tuple[Finite, Finite], BeforeValidator(_moments)]
 
 class DepthSpec(Record):
     """`lr depth`: the deep scalar linear network study."""
+    model_config = ConfigDict(allow_inf_nan=False)  # a setting of inf or nan is refused
 
     depths: Annotated[list[Annotated[int, Field(gt=0)]], BeforeValidator(_depths), Field(min_length=1)] = Field(
         [1, 2, 4, 8, 16, 32, 64, 128], description="Depths L to simulate.")

@@ -77,6 +77,7 @@ Device = Annotated[str, AfterValidator(_device)]
 
 
 class _Section(Record):
+    model_config = ConfigDict(allow_inf_nan=False)  # a setting of inf or nan is refused
     # strict: `prompt_len: "64"` or `rounds: true` in a file is a mistake to name, not to coerce
     model_config = ConfigDict(strict=True)
 

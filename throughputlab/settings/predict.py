@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Optional
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from throughputlab.predict_engine import EngineOptions
 from throughputlab.records.base import Record
@@ -20,6 +20,7 @@ def _text(description: str, default=None):
 
 
 class PredictGeneration(Record):
+    model_config = ConfigDict(allow_inf_nan=False)  # a setting of inf or nan is refused
     concurrency: Lengths = Field([1, 2, 4, 8, 16, 32, 64, 128, 256, 512], min_length=1,
                                  description="Concurrencies to predict.")
     prompt_len: Optional[PositiveInt] = _text("Prompt tokens (none: the profile's, or 512).")
@@ -27,11 +28,13 @@ class PredictGeneration(Record):
 
 
 class PredictTraining(Record):
+    model_config = ConfigDict(allow_inf_nan=False)  # a setting of inf or nan is refused
     micro_batches: Lengths = Field([1, 2, 4, 8, 16], min_length=1, description="Training micro-batches.")
     seq_len: Optional[PositiveInt] = _text("Training sequence length (none: the profile's, or 2048).")
 
 
 class PredictLayout(Record):
+    model_config = ConfigDict(allow_inf_nan=False)  # a setting of inf or nan is refused
     gpus: Optional[PositiveInt] = _text(
         "Analytic prediction: devices in all (none: --tp x --nodes, one engine a node). Generation runs in "
         "GPUS/TP engines; training is FSDP over all of them.")
@@ -47,6 +50,7 @@ class PredictLayout(Record):
 
 class PredictSpec(Record):
     """Everything `predict` needs; `--spec FILE` holds any part of it, flags and `--set` override it."""
+    model_config = ConfigDict(allow_inf_nan=False)  # a setting of inf or nan is refused
 
     profile: Optional[str] = _text("Predict from this profile's fitted model (fitted now if it has no fit).")
     model: Optional[str] = _text("Analytic prediction: a preset, model folder or hub id.")
