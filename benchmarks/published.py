@@ -242,7 +242,7 @@ class Skip:
 # batch of generation_tokens_per_s. Once predict takes every setting, this shrinks to a pass-through.
 _CALL_INPUTS = {"spec", "gpu", "dtype", "calibrate", "concurrency", "prompt_len", "output_len", "micro_batches",
                 "seq_len", "layout"}  # filled from a case's own keys
-_LAYOUT_INPUTS = {"gpus", "tp", "nodes", "activation_checkpointing"}
+_LAYOUT_INPUTS = {"gpus", "tp", "nodes", "activation_checkpointing", "train_tp"}
 _SETTING_NAMES = {"mem_fraction_static": "gpu_memory_utilization", "context_length": "max_model_len"}  # SGLang's
 
 
@@ -348,6 +348,8 @@ def _command_line(case: dict, dtype: str, layout: Layout, call: dict, kwargs: di
         parts.append(f"--tp {layout.tp}")
     if layout.nodes != 1:
         parts.append(f"--nodes {layout.nodes}")
+    if layout.train_tp != 1:
+        parts.append(f"--train-tp {layout.train_tp}")
     if case["kind"] == "generation":
         parts += [f"-c {call['concurrency'][0]}", f"--prompt-len {call['prompt_len']}",
                   f"--output-len {call['output_len']}"]
@@ -395,8 +397,8 @@ def predict_case(case: dict) -> Union[Prediction, Skip]:
         if note:
             not_used.append(note)
         fields["activation_checkpointing"] = ac
-        if tp > 1:  # predict's --tp sizes the generation engines; its training is FSDP over every GPU
-            not_used.append(f"tp={tp} (tensor-parallel training: predict trains with FSDP over all {gpus} GPUs)")
+        if tp > 1:  # predict's --tp sizes the generation engines; training's is --train-tp (FSDP x TP)
+            fields["train_tp"] = tp
             tp = 1
         b, seq_len = case["micro_batch"], case["seq_len"]
         call = dict(concurrency=[1], micro_batches=[b], seq_len=seq_len)

@@ -110,3 +110,28 @@ def test_a_mixture_of_experts_trains_at_a_share_of_the_dense_rate_that_follows_i
         share = rf.moe_train_share(costs, balance_vs_reference(ds, "bfloat16"))[0]
         phi = model.train.phi_flops_per_s
         assert phi == pytest.approx(dense_share * share * peak_flops(ds, "bfloat16"), rel=1e-9)
+
+
+def test_training_tensor_parallel_runs_a_micro_batch_per_tp_group():
+    """FSDP x TP (predict --train-tp): a micro-batch runs on a TP group, its compute split over the group plus the
+    TP all-reduces of each pass; tokens/s are per GPU and the activations per device shrink by the TP size."""
+    spec = resolve_model("llama3.1-8b").spec
+    fsdp, _, _ = analytic_model(spec, "h100", layout=Layout(gpus=64, nodes=8))
+    tp8, _, _ = analytic_model(spec, "h100", layout=Layout(gpus=64, nodes=8, train_tp=8))
+    b, s = 8, 8192
+    one_gpu = fsdp.train_step_s(b, s)
+    assert tp8.train_step_s(b, s) > one_gpu / 8  # plus the TP collectives
+    assert tp8.train_tokens_per_s(b, s) < fsdp.train_tokens_per_s(b, s)  # per GPU: the TP all-reduces cost
+    assert tp8.train_tokens_per_s(b, s) > 0.5 * fsdp.train_tokens_per_s(b, s)
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--train-tp", "3"], "--train-tp 3 does not divide the 8 GPU(s) of a node"),
+    (["--train-tp", "16", "--gpus", "16", "--nodes", "2"], "--train-tp 16 does not divide the 8 GPU(s)"),
+    (["--train-tp", "0"], "--train-tp"),
+])
+def test_train_tp_bad_values_are_one_line(args, fragment):
+    r = run_main("predict", "-m", "llama3.1-8b", "--gpu", "h100", "--gpus", "8", *args) if "--gpus" not in args \
+        else run_main("predict", "-m", "llama3.1-8b", "--gpu", "h100", *args)
+    out = r.output.strip()
+    assert r.exit_code == 2 and len(out.splitlines()) == 1 and fragment in out, out

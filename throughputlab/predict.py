@@ -49,12 +49,13 @@ from throughputlab.throughput import CommParams, DecodeParams, PrefillParams, Th
 
 class Layout(BaseModel):
     """Devices of a prediction: ``gpus`` over ``nodes``, generation engines of ``tp`` devices
-    (``gpus / tp`` of them), training with FSDP over every device."""
+    (``gpus / tp`` of them), training with FSDP over every device (``train_tp`` > 1: FSDP x TP, 2D)."""
 
     model_config = ConfigDict(extra="forbid")
     gpus: int = 1
     tp: int = 1
     nodes: int = 1
+    train_tp: int = 1
     activation_checkpointing: Union[bool, Literal["none", "selective", "full"], str] = False  # True: full
 
     def check(self) -> "Layout":
@@ -63,7 +64,8 @@ class Layout(BaseModel):
         except ValueError:
             raise UserError(f"--activation-checkpointing {self.activation_checkpointing}: use none, selective (the "
                             "attention core recomputed) or full (each block's forward recomputed)") from None
-        for name, v in (("--tp", self.tp), ("--nodes", self.nodes), ("--gpus", self.gpus)):  # --gpus defaults to tp x nodes
+        for name, v in (("--tp", self.tp), ("--nodes", self.nodes), ("--gpus", self.gpus),  # --gpus: tp x nodes
+                        ("--train-tp", self.train_tp)):
             if v < 1:
                 raise UserError(f"{name} must be a positive integer, got {v}")
         if self.gpus % self.nodes:
@@ -73,8 +75,10 @@ class Layout(BaseModel):
         if self.tp > per_node:
             raise UserError(f"--tp {self.tp} is larger than the {per_node} GPU(s) of a node: tensor parallelism "
                             "stays within a node")
-        if per_node % self.tp:
-            raise UserError(f"--tp {self.tp} does not divide the {per_node} GPU(s) of a node")
+        for flag, tp in (("--tp", self.tp), ("--train-tp", self.train_tp)):
+            if tp > per_node or per_node % tp:
+                raise UserError(f"{flag} {tp} does not divide the {per_node} GPU(s) of a node: tensor parallelism "
+                                "stays within a node")
         return self
 
     @property
@@ -129,7 +133,7 @@ def analytic_model(spec: ModelSpec, gpu: str, dtype: str = "bfloat16", eff: Effi
     ds = lookup(gpu)
     if ds is None:
         raise UserError(f"--gpu {gpu}: no datasheet row for it; known devices are {', '.join(device_names())}")
-    check_parts(spec, ds, layout.gpus, layout.nodes, layout.tp)
+    check_parts(spec, ds, layout.gpus, layout.nodes, layout.tp, layout.train_tp)
     spec = spec.with_rope_scaling(engine.check().rope_scaling)
     settings = resolve(engine, spec, ds, layout.tp, prompt_len, output_len)
     bpp = dtype_bytes(dtype)
@@ -157,7 +161,7 @@ def analytic_model(spec: ModelSpec, gpu: str, dtype: str = "bfloat16", eff: Effi
         train=TrainParams(t0_s=eff.train_t0_s, phi_flops_per_s=train_mfu(ds.device, dtype, eff, costs)[0] * phi_peak,
                           mem0_bytes=rf.fsdp_memory_per_rank_bytes(costs, layout.gpus, 0, 0.0),
                           mem_per_sample_bytes=None, device_memory_bytes=mem),
-        kv_cache_tokens=kv_tokens, tp=layout.tp, train_devices=layout.gpus, nodes=layout.nodes,
+        kv_cache_tokens=kv_tokens, tp=layout.tp, train_devices=layout.gpus, train_tp=layout.train_tp, nodes=layout.nodes,
         activation_checkpointing=_model_checkpointing(layout.activation_checkpointing), comm=comm,
     )
     hw = Hardware(device_type="cuda", device_name=ds.device, memory_total_bytes=ds.memory_bytes, datasheet=ds)
@@ -300,8 +304,8 @@ def predict_analytic(spec: ModelSpec, gpu: str, *, dtype: str = "bfloat16", cali
         efficiencies_for(ds.device, engine.engine) if ds is not None else DEFAULT_EFFICIENCIES
     model, hw, peaks = analytic_model(spec, gpu, dtype, eff, layout, engine, prompt_len, output_len)
     bpp = dtype_bytes(dtype)
-    model.train.mem_per_sample_bytes = rf.activation_bytes_per_sequence(spec, seq_len, bpp,
-                                                                        layout.activation_checkpointing)
+    model.train.mem_per_sample_bytes = rf.activation_bytes_per_sequence(spec, seq_len, bpp,  # TP: sequence parallel
+                                                                        layout.activation_checkpointing) / layout.train_tp
     model.train.seq_len = seq_len
     mode = rf.checkpointing_mode(layout.activation_checkpointing)
     act = {"full": "each block's input plus one block's activations per sequence (full checkpointing)",
@@ -329,7 +333,10 @@ def predict_analytic(spec: ModelSpec, gpu: str, *, dtype: str = "bfloat16", cali
         assumptions.append(f"FSDP traffic exposed (not under compute): {exposed:.0%}, {exposed_source}")
     if layout.gpus > 1:
         assumptions.append(f"layout: {layout.gpus} GPUs on {layout.nodes} node(s); generation in {layout.engines} "
-                           f"engine(s) of TP {layout.tp}; training with FSDP over {layout.gpus} GPUs; "
+                           f"engine(s) of TP {layout.tp}; training with FSDP over {layout.gpus} GPUs"
+                           + (f" x TP {layout.train_tp} (2D: a micro-batch per TP group, its activations all-reduced "
+                              "twice a layer each pass; sharded GEMMs at full efficiency, not modelled)"
+                              if layout.train_tp > 1 else "") + "; "
                            f"links: {model.comm.source}")
     s = rf.mean_context(prompt_len, output_len)
     knee, knee_note = knee_statement(model, s)

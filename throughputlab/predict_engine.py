@@ -98,21 +98,23 @@ class EngineOptions(BaseModel):
         return self != EngineOptions()
 
 
-def check_parts(spec: ModelSpec, ds: DatasheetPeak, gpus: int, nodes: int, tp: int) -> None:
-    """A TP size the attention heads allow, and no more devices per node than the part has."""
+def check_parts(spec: ModelSpec, ds: DatasheetPeak, gpus: int, nodes: int, tp: int, train_tp: int = 1) -> None:
+    """TP sizes (the engines' and training's) the attention heads allow, and no more devices per node than the
+    part has."""
     most = MAX_GPUS_PER_NODE.get(ds.device, SXM_GPUS_PER_NODE)
     if gpus // nodes > most:
         need = -(-gpus // most)
         raise UserError(f"--gpus {gpus} on {nodes} node(s): a {ds.device} node holds at most {most} GPUs; "
                         f"give --nodes {need} or more")
-    if spec.num_heads % tp:
-        ok = [t for t in (1, 2, 4, 8, 16) if spec.num_heads % t == 0]
-        raise UserError(f"--tp {tp} does not divide {spec.name}'s {spec.num_heads} attention heads: use a TP size "
-                        f"that does ({', '.join(map(str, ok))})")
-    kv = spec.num_kv_heads
-    if kv % tp and tp % kv:
-        raise UserError(f"--tp {tp} neither divides nor is a multiple of {spec.name}'s {kv} KV heads: use a TP size "
-                        f"that is")
+    for flag, size in (("--tp", tp), ("--train-tp", train_tp)):
+        if spec.num_heads % size:
+            ok = [t for t in (1, 2, 4, 8, 16) if spec.num_heads % t == 0]
+            raise UserError(f"{flag} {size} does not divide {spec.name}'s {spec.num_heads} attention heads: use a TP "
+                            f"size that does ({', '.join(map(str, ok))})")
+        kv = spec.num_kv_heads
+        if kv % size and size % kv:
+            raise UserError(f"{flag} {size} neither divides nor is a multiple of {spec.name}'s {kv} KV heads: use a "
+                            "TP size that is")
 
 
 def resolve(opts: EngineOptions, spec: ModelSpec, ds: DatasheetPeak, tp: int, prompt_len: int,

@@ -15,6 +15,7 @@ from throughputlab.errors import UserError
 from throughputlab.records.base import Record
 from throughputlab.records.collectives import CollectiveBench, CollectiveFit, Op
 from throughputlab.roofline import Costs, EngineSettings
+from throughputlab.roofline.rl import megatron_microbatch_s, megatron_tp_comm_s
 from throughputlab.spread import LEVEL, Spread
 
 
@@ -113,9 +114,11 @@ class ThroughputModel(Record):
     gen_overhead_s: float = 0.0  # per generate call, outside prefill and decode steps (setup, sampling glue)
     # the layout: generation engines of `tp` devices (rates per device, costs sharded, TP all-reduces);
     # training with FSDP over `train_devices` ranks (micro-batches per device). A model fitted to an
-    # engine as a whole keeps tp = 1: its rates are the engine's.
+    # engine as a whole keeps tp = 1: its rates are the engine's. train_tp > 1: FSDP x TP (2D), each
+    # micro-batch on a TP group of train_tp devices, FSDP over train_devices / train_tp groups.
     tp: int = 1
     train_devices: int = 1
+    train_tp: int = 1
     nodes: int = 1
     activation_checkpointing: Union[bool, Literal["selective"]] = False  # True: full; roofline.recompute_passes
     comm: Optional[CommParams] = None
@@ -140,8 +143,19 @@ class ThroughputModel(Record):
         if self.train_devices <= 1 or self.comm is None:
             return 0.0
         c = self.comm
-        return rf.fsdp_comm_s(self.costs, self.train_devices, c.fsdp_busbw_bytes_per_s, c.fsdp_alpha_s,
-                              backward=backward)
+        tp = max(self.train_tp, 1)  # FSDP x TP: each rank gathers its TP shard over the data-parallel ranks
+        return rf.fsdp_comm_s(rf.tp_shard(self.costs, tp), self.train_devices // tp, c.fsdp_busbw_bytes_per_s,
+                              c.fsdp_alpha_s, backward=backward)
+
+    def _train_tp(self, one_gpu_s, tokens, backward: bool):
+        """A micro-batch on a TP group: the compute one device would take split over it, plus the TP
+        collectives of its forward (and backward, and recomputed forward) (roofline.rl)."""
+        if self.train_tp <= 1 or self.comm is None:
+            return one_gpu_s
+        c = self.comm
+        coll = megatron_tp_comm_s(self.costs, tokens, self.train_tp, c.tp_busbw_bytes_per_s, c.tp_alpha_s,
+                                     backward=backward, recompute=self.activation_checkpointing if backward else False)
+        return megatron_microbatch_s(one_gpu_s, self.train_tp, 1, 0.0, coll)
 
     def require(self, part: Part):
         """The parameters of ``part``, or a UserError saying the model lacks it."""
@@ -282,6 +296,7 @@ class ThroughputModel(Record):
         t = self.require("train")
         compute = rf.train_step_s(b, seq_len, self.costs, t.t0_s, t.phi_flops_per_s, self.activation_checkpointing,
                                   t.phi_attn_flops_per_s)
+        compute = self._train_tp(compute, b * seq_len, backward=True)
         if self.train_devices <= 1 or self.comm is None:
             return compute
         return rf.exposed_s(compute, self._fsdp_comm(), self.comm.fsdp_hidden_share)
@@ -289,14 +304,16 @@ class ThroughputModel(Record):
     def forward_s(self, b, seq_len):
         t = self.require("train")
         compute = rf.forward_pass_s(b, seq_len, self.costs, t.t0_s, t.phi_flops_per_s, t.phi_attn_flops_per_s)
+        compute = self._train_tp(compute, b * seq_len, backward=False)
         if self.train_devices <= 1 or self.comm is None:
             return compute
         return rf.exposed_s(compute, self._fsdp_comm(backward=False), self.comm.fsdp_hidden_share)
 
     def train_tokens_per_s(self, b, seq_len):
-        """Tokens/s of one micro-step followed by its optimizer step (what a training point measures)."""
+        """Tokens/s per device of one micro-step followed by its optimizer step (what a training point
+        measures); under FSDP x TP the micro-batch is the TP group's, shared by its train_tp devices."""
         t = self.require("train")
-        return b * seq_len / (self.train_step_s(b, seq_len) + t.optimizer_step_s)
+        return b * seq_len / (self.train_step_s(b, seq_len) + t.optimizer_step_s) / max(self.train_tp, 1)
 
     def activation_bytes(self, seq_len=None) -> Optional[float]:
         """The memory line's per-sequence slope m at ``seq_len`` (default: where it was measured)."""

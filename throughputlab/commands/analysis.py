@@ -75,7 +75,7 @@ PREDICT_FLAGS = {
     "profile_path": "profile", "model": "model", "gpu": "gpu", "dtype": "dtype", "calibrate": "calibrate",
     "concurrency": "generation.concurrency", "prompt_len": "generation.prompt_len",
     "output_len": "generation.output_len", "micro_batch": "training.micro_batches", "seq_len": "training.seq_len",
-    "gpus": "layout.gpus", "tp": "layout.tp", "nodes": "layout.nodes",
+    "gpus": "layout.gpus", "tp": "layout.tp", "nodes": "layout.nodes", "train_tp": "layout.train_tp",
     "activation_checkpointing": "layout.activation_checkpointing", "engine": "engine.engine",
     "gpu_memory_utilization": "engine.gpu_memory_utilization", "max_num_seqs": "engine.max_num_seqs",
     "max_model_len": "engine.max_model_len", "kv_cache_gib": "engine.kv_cache_gib",
@@ -107,6 +107,7 @@ def predict_option(*decls: str, **kw):
 @predict_option("--gpus", "gpus", type=int)
 @predict_option("--tp", "tp", type=int)
 @predict_option("--nodes", "nodes", type=int)
+@predict_option("--train-tp", "train_tp", type=int)
 @predict_option("--activation-checkpointing", "activation_checkpointing", is_flag=False, flag_value="full")
 @predict_option("--engine", "engine", help="Analytic prediction: the generation engine whose KV rule, caps and "
                 "defaults apply (vllm, sglang, trtllm).")
@@ -175,7 +176,7 @@ def predict(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str,
     g, t, lay = spec.generation, spec.training, spec.layout
     _predict(_path(spec.profile), spec.model, spec.gpu, spec.dtype, _path(spec.calibrate), g.concurrency, g.prompt_len,
              g.output_len, t.micro_batches, t.seq_len, lay.gpus, lay.tp, lay.nodes, lay.activation_checkpointing,
-             spec.engine, output)
+             spec.engine, output, lay.train_tp)
 
 
 def _path(p: Optional[str]) -> Optional[Path]:
@@ -183,7 +184,7 @@ def _path(p: Optional[str]) -> Optional[Path]:
 
 
 def _predict(profile_path, model, gpu, dtype, calibrate, concurrency, prompt_len, output_len, micro_batch, seq_len,
-             gpus, tp, nodes, activation_checkpointing, opts, output) -> None:
+             gpus, tp, nodes, activation_checkpointing, opts, output, train_tp: int = 1) -> None:
     from throughputlab.fit.schema import load_fit, micro_batch_statement
     from throughputlab.predict import Layout, generation_table, predict_analytic, predict_from_profile, training_table
     from throughputlab.records.profile import Profile
@@ -196,9 +197,10 @@ def _predict(profile_path, model, gpu, dtype, calibrate, concurrency, prompt_len
     cs = concurrency or [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
     bs = micro_batch or [1, 2, 4, 8, 16]
     if profile_path is not None:
-        if gpu or calibrate or gpus is not None or (tp, nodes) != (1, 1) or activation_checkpointing or opts.given:
-            raise UserError("--gpu, --calibrate, --gpus, --tp, --nodes, --activation-checkpointing and the engine flags "
-                            "go with --model (analytic prediction), not with --profile")
+        if gpu or calibrate or gpus is not None or (tp, nodes, train_tp) != (1, 1, 1) or activation_checkpointing \
+                or opts.given:
+            raise UserError("--gpu, --calibrate, --gpus, --tp, --train-tp, --nodes, --activation-checkpointing and the "
+                            "engine flags go with --model (analytic prediction), not with --profile")
         pred = predict_from_profile(Profile.load(profile_path), concurrency=cs, prompt_len=prompt_len,
                                     output_len=output_len, micro_batches=bs, seq_len=seq_len)
     else:
@@ -207,7 +209,7 @@ def _predict(profile_path, model, gpu, dtype, calibrate, concurrency, prompt_len
         from throughputlab.models import resolve_model
 
         spec = resolve_model(model, random_weights=True).spec  # the config is all an analytic prediction reads
-        layout = Layout(gpus=tp * nodes if gpus is None else gpus, tp=tp, nodes=nodes,
+        layout = Layout(gpus=tp * nodes if gpus is None else gpus, tp=tp, nodes=nodes, train_tp=train_tp,
                         activation_checkpointing=activation_checkpointing or False).check()
         cal = Profile.load(calibrate) if calibrate else None
         pred = predict_analytic(spec, gpu, dtype=dtype, calibrate=cal, concurrency=cs, prompt_len=prompt_len or 512,
@@ -244,7 +246,8 @@ def _predict(profile_path, model, gpu, dtype, calibrate, concurrency, prompt_len
         from throughputlab import roofline as rf
 
         ac = rf.checkpointing_mode(m.activation_checkpointing)
-        fsdp = (f", micro-batch per device, FSDP over {m.train_devices} GPUs"
+        fsdp = ((f", micro-batch per TP group of {m.train_tp} GPUs (tokens/s per GPU), FSDP x TP over {m.train_devices}"
+                 if m.train_tp > 1 else f", micro-batch per device, FSDP over {m.train_devices}") + " GPUs"
                 + (f" ({1 - m.comm.fsdp_hidden_share:.0%} of its traffic exposed "
                    + ("across nodes" if m.nodes > 1 else "within a node") + ")" if m.comm else "")
                 if m.train_devices > 1 else "")

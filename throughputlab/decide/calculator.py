@@ -158,8 +158,12 @@ def decide_from_spec(spec: DecideSpec, adjust_step=None) -> list[Decision]:
                         "or predicted by `throughputlab predict`)")
     prof = Profile.load(spec.profile)
     fit = load_or_fit(prof)  # the stored fit, else one made now (its PHI's identification feeds a note)
-    model = fit.model
+    # decide lays out training itself (FSDP, or Megatron's --train-tp/--train-pp/--train-ep): a profile predicted
+    # with predict's --train-tp gives its per-device rates, its 2D layout is not carried over
+    model = fit.model.model_copy(update={"train_tp": 1})
     train_model = load_or_fit(Profile.load(spec.train_profile)).model if spec.train_profile else None
+    if train_model is not None:
+        train_model = train_model.model_copy(update={"train_tp": 1})
     if model.train is None and train_model is None:
         raise UserError(f"the profile {spec.profile} has no training part (it measured generation only, as an "
                         "imported vLLM or GuideLLM benchmark does): name one as train_profile in the --spec file, "

@@ -42,6 +42,9 @@ class PredictLayout(Record):
                                            "(within a node).")
     nodes: PositiveInt = Field(1, description="Analytic prediction: machines the GPUs are spread over (FSDP then "
                                               "crosses the network).")
+    train_tp: PositiveInt = Field(1, description="Analytic prediction: training's tensor-parallel size (FSDP x TP, "
+                                                 "2D, within a node): each micro-batch runs on a TP group, its "
+                                                 "activations all-reduced twice a layer each pass; tokens/s per GPU.")
     activation_checkpointing: Optional[str] = _text(
         "Analytic prediction: none, selective (the attention core recomputed, ~4% more FLOPs) or full (each "
         "block's forward recomputed: 4x instead of 3x forward FLOPs, far less activation memory); the bare flag "
