@@ -66,7 +66,8 @@ def test_the_step_reports_the_saving_against_full_rollouts():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("value", ["-0.1", "1.5", "nan"])
-def test_bad_over_provisioning_is_a_one_line_error(tmp_path, value):
+@pytest.mark.parametrize("value, says", [("-0.1", "between 0 and 1"), ("1.5", "between 0 and 1"),
+                                         ("nan", "finite number")])
+def test_bad_over_provisioning_is_a_one_line_error(tmp_path, value, says):
     r = run_cli("decide", "--profile", str(tmp_path / "none.json"), "--prompts", "8", "--partial-rollout", value)
-    assert_user_error(r, "partial_rollout", "between 0 and 1")
+    assert_user_error(r, "partial_rollout", says)
