@@ -83,3 +83,13 @@ def refused(*args: str, fragments=()) -> str:
     for f in fragments:
         assert f in line, (f, line)
     return line
+
+
+def config_leaves(tree: dict, path: str = ""):
+    """The dotted paths of a config tree's leaves (an empty section is a leaf)."""
+    for k, v in tree.items():
+        p = f"{path}.{k}" if path else str(k)
+        if isinstance(v, dict) and v:
+            yield from config_leaves(v, p)
+        else:
+            yield p

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conftest import config_leaves
 from throughputlab.rlconfig import RunConfig, read_run_config
 
 DATA = Path(__file__).parent / "data" / "rlconfig"
@@ -20,13 +21,6 @@ def _accounted(rc: RunConfig, key: str) -> bool:
     return any(".".join(parts[:i]) in keys for i in range(1, len(parts) + 1))
 
 
-def _leaves(tree: dict, path: str = ""):
-    for k, v in tree.items():
-        p = f"{path}.{k}" if path else str(k)
-        if isinstance(v, dict) and v:
-            yield from _leaves(v, p)
-        else:
-            yield p
 
 
 
@@ -60,7 +54,7 @@ def test_verl_printed_ppo_config_maps_every_knob():
     import yaml
 
     tree = yaml.safe_load((DATA / "verl_printed_ppo.yaml").read_text())
-    assert all(_accounted(rc, k) for k in _leaves(tree))
+    assert all(_accounted(rc, k) for k in config_leaves(tree))
 
 
 def test_verl_log_with_the_printed_dict_is_read():

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_main
+from conftest import config_leaves, run_main
 from throughputlab.errors import UserError
 from throughputlab.files import read_settings
 from throughputlab.models import resolve_model
@@ -21,13 +21,6 @@ from throughputlab.rlconfig.nemo_rl import load
 V07 = Path(__file__).parent / "data" / "rlconfig" / "nemo" / "v0.7"
 
 
-def _leaves(tree: dict, path: str = ""):
-    for k, v in tree.items():
-        p = f"{path}.{k}" if path else str(k)
-        if isinstance(v, dict) and v:
-            yield from _leaves(v, p)
-        else:
-            yield p
 
 
 def _unaccounted(path: Path) -> list[str]:
@@ -35,7 +28,7 @@ def _unaccounted(path: Path) -> list[str]:
     keys = {k.key for k in (*rc.read, *rc.ignored)}
     tree = load(path, read_settings(path, "recipe", str(path), yaml=True), str(path))
     out = []
-    for leaf in _leaves(tree):
+    for leaf in config_leaves(tree):
         parts = leaf.split(".")
         if not any(".".join(parts[:i]) in keys for i in range(1, len(parts) + 1)):
             out.append(leaf)

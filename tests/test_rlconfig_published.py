@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import config_leaves
 from throughputlab.rlconfig import read_run_config
 
 RUNS = Path(__file__).parent.parent / "benchmarks" / "data" / "rl_runs"
@@ -31,13 +32,6 @@ def _listed(run: Path) -> set[str]:
     return {f for k, v in pub.items() if k.startswith("config_files") for f in v}
 
 
-def _leaves(tree: dict, path: str = ""):
-    for k, v in tree.items():
-        p = f"{path}.{k}" if path else str(k)
-        if isinstance(v, dict) and v:
-            yield from _leaves(v, p)
-        else:
-            yield p
 
 
 def test_there_are_published_runs_of_each_framework_with_a_config():
@@ -60,7 +54,7 @@ def test_each_published_config_reads_and_accounts_for_every_key(cfg):
     if cfg.suffix in (".yaml", ".yml"):
         own = yaml.safe_load(cfg.read_text()) or {}
         own.pop("defaults", None)
-        missing = [k for k in _leaves(own) if not any(".".join(k.split(".")[:i]) in seen
+        missing = [k for k in config_leaves(own) if not any(".".join(k.split(".")[:i]) in seen
                                                       for i in range(1, k.count(".") + 2))]
         assert not missing, missing
     else:

@@ -6,8 +6,9 @@ Each reader names the keys it reads (``Ctx.int`` / ``.float`` / ``.bool`` / ``.s
 skips for a reason found in the config itself (``Ctx.ignore``), and a table of rules (glob patterns
 over dotted paths) for the keys that never matter to a step's time. A key that none of these cover
 is a likely typo when it is close to a known key the file does not set (an error that suggests the
-known one); otherwise it is listed as unknown to this reader, since every framework adds keys
-faster than any table can follow.
+known one); otherwise it is an error that names it and how to drop it (``--config-set '~KEY'``): a key
+this reader does not know may change the step, and frameworks add keys with every release (the
+tables follow their examples at the versions docs/decide.md names).
 """
 
 from __future__ import annotations
