@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Literal, Optional
 
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from throughputlab.decide.backend import fsdp_note
 from throughputlab.decide.cluster import (
@@ -31,13 +31,12 @@ from throughputlab.decide.notes import context_note, kv_limited_note, partial_no
 from throughputlab.decide.rollout import EngineCaps
 from throughputlab.decide.steptime import DEFAULT_MAX_NUM_SEQS, RLShape, StepModel, critic_costs_for, overlap_note
 from throughputlab.errors import UserError
-from throughputlab.records.base import Record
+from throughputlab.records.base import SettingsRecord
 from throughputlab.throughput import ThroughputModel
 
 
-class SamplesSpec(Record):
+class SamplesSpec(SettingsRecord):
     """Where samples-to-target comes from: learning curves (with a target) or a parametric N*."""
-    model_config = ConfigDict(allow_inf_nan=False)  # a setting of inf or nan is refused
 
     curves: Optional[CurvesSpec] = None
     target: Optional[float] = Field(None, description="Metric value to reach (with --curves).")
@@ -45,8 +44,7 @@ class SamplesSpec(Record):
     nstar: Optional[str] = Field(None, description="flat[:N=..,lo=..,hi=..] | mcandlish:N_min=..,B_noise=..")
 
 
-class LRSpec(Record):
-    model_config = ConfigDict(allow_inf_nan=False)  # a setting of inf or nan is refused
+class LRSpec(SettingsRecord):
     ref: Optional[float] = Field(None, description="Learning rate tuned at the baseline batch.")
     ref_prompts: Optional[int] = None  # reference batch in prompts per step (default: the baseline)
     rule: Literal["sqrt", "linear", "none"] = Field("sqrt", description="Learning-rate retuning rule.")
@@ -59,9 +57,8 @@ class LRSpec(Record):
         return v
 
 
-class DecideSpec(Record):
+class DecideSpec(SettingsRecord):
     """Everything `throughputlab decide` needs; the spec file holds it, flags override it."""
-    model_config = ConfigDict(allow_inf_nan=False)  # a setting of inf or nan is refused
 
     profile: Optional[str] = Field(None, description="Profile JSON, measured (`bench`) or predicted (`predict`).")
     train_profile: Optional[str] = None  # separate training devices measured on their own

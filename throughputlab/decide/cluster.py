@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from throughputlab import roofline as rf
 from throughputlab.calibration import DEFAULT_EFFICIENCIES
 from throughputlab.errors import UserError
-from throughputlab.records.base import Record
+from throughputlab.records.base import Record, SettingsRecord
 from throughputlab.records.peaks import INTER_NODE_BYTES_PER_S
 from throughputlab.roofline import rl as rf_rl
 from throughputlab.throughput import CommParams, ThroughputModel
@@ -29,9 +29,8 @@ COLOCATED_GPU_MEMORY_UTILIZATION = 0.5  # veRL's rollout default: the trainer's 
 SPLIT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default on devices that only generate
 
 
-class ClusterSpec(Record):
+class ClusterSpec(SettingsRecord):
     """The devices of the run and where each phase runs (flags or the spec's ``cluster``)."""
-    model_config = ConfigDict(allow_inf_nan=False)  # a setting of inf or nan is refused
 
     gpus: Optional[int] = Field(None, description=(  # default: the profile's layout (1 for a measured profile)
         "Devices in the cluster."))

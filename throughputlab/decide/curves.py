@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Literal, Optional
 
 import numpy as np
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
 from throughputlab.decide.lengths import parse_kv
 from throughputlab.errors import UserError
-from throughputlab.records.base import Record
+from throughputlab.records.base import Record, SettingsRecord
 
 Direction = Literal["max", "min"]
 
@@ -41,8 +41,7 @@ class CurveColumns(Record):
     metric: str = "metric"
 
 
-class CurvesSpec(Record):
-    model_config = ConfigDict(allow_inf_nan=False)  # a setting of inf or nan is refused
+class CurvesSpec(SettingsRecord):
     path: str = Field(description="Learning curves, one row per logged step.")
     columns: CurveColumns = Field(CurveColumns(), description=(
         "Curves column names, KEY in run, batch, lr, samples, step, metric (repeatable)."))

@@ -8,9 +8,9 @@ from __future__ import annotations
 import difflib
 from typing import Annotated, Any, Optional
 
-from pydantic import BeforeValidator, ConfigDict, Field
+from pydantic import BeforeValidator, Field
 
-from throughputlab.records.base import Record
+from throughputlab.records.base import SettingsRecord
 
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 Finite = Annotated[float, Field(allow_inf_nan=False)]
@@ -69,9 +69,8 @@ def _columns(value: Any) -> Any:
     return value
 
 
-class ScaleSpec(Record):
+class ScaleSpec(SettingsRecord):
     """`lr scale`: a learning rate tuned at one batch size, moved to another."""
-    model_config = ConfigDict(allow_inf_nan=False)  # a setting of inf or nan is refused
 
     lr: Optional[Positive] = Field(None, description="Learning rate tuned at --from-batch.")
     from_batch: Optional[Positive] = Field(None, description="Batch size (sequences or tokens) the lr was tuned at.")
@@ -83,9 +82,8 @@ class ScaleSpec(Record):
     eps: Positive = Field(1e-8, description="Adam epsilon, for the SDE rule shown beside.")
 
 
-class FitSpec(Record):
+class FitSpec(SettingsRecord):
     """`lr fit`: the sweep CSV and how its lr law is fitted."""
-    model_config = ConfigDict(allow_inf_nan=False)  # a setting of inf or nan is refused
 
     sweep: Optional[str] = Field(None, description="The sweep CSV, one row per run.")
     columns: Annotated[dict[str, str], BeforeValidator(_columns)] = Field(
@@ -99,9 +97,8 @@ class FitSpec(Record):
 Moments = Annotated[tuple[Finite, Finite], BeforeValidator(_moments)]
 
 
-class DepthSpec(Record):
+class DepthSpec(SettingsRecord):
     """`lr depth`: the deep scalar linear network study."""
-    model_config = ConfigDict(allow_inf_nan=False)  # a setting of inf or nan is refused
 
     depths: Annotated[list[Annotated[int, Field(gt=0)]], BeforeValidator(_depths), Field(min_length=1)] = Field(
         [1, 2, 4, 8, 16, 32, 64, 128], description="Depths L to simulate.")

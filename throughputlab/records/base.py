@@ -16,6 +16,12 @@ class Record(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class SettingsRecord(Record):
+    """A settings tree (a spec file's, the flags'): a number must also be finite, inf and nan are refused."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+
+
 def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 

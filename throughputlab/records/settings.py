@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, Optional, TypeVar, Union
 from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field
 
 from throughputlab.errors import UserError
-from throughputlab.records.base import Record
+from throughputlab.records.base import Record, SettingsRecord
 
 
 def _x_values(value: Any) -> Any:
@@ -76,8 +76,7 @@ def check_endpoint(value: Optional[str]) -> None:
 Device = Annotated[str, AfterValidator(_device)]
 
 
-class _Section(Record):
-    model_config = ConfigDict(allow_inf_nan=False)  # a setting of inf or nan is refused
+class _Section(SettingsRecord):
     # strict: `prompt_len: "64"` or `rounds: true` in a file is a mistake to name, not to coerce
     model_config = ConfigDict(strict=True)
 

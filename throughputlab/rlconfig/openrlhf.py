@@ -99,13 +99,12 @@ def read(ctx: Ctx, ray: bool = True) -> None:
     episode_fn = ctx.str(n("--agent_func_path"), note="a custom episode function: multi-turn episodes")
     if episode_fn:
         ctx.set("multi_turn", True, n("--agent_func_path"))
-    _training(ctx)
-    roles = _roles(ctx)
-    _generation_and_cluster(ctx, roles, ray)
+    _training(ctx, n)
+    roles = _roles(ctx, n)
+    _generation_and_cluster(ctx, roles, ray, n)
 
 
-def _training(ctx: Ctx) -> None:
-    n = _namer(ctx)
+def _training(ctx: Ctx, n: Callable[[str], str]) -> None:
     zero = ctx.int(n("--zero_stage"), "zero_stage", minimum=0)
     if zero is not None:
         ctx.set("train_strategy", "deepspeed", n("--zero_stage"))
@@ -128,9 +127,8 @@ def _training(ctx: Ctx) -> None:
     ctx.int(n("--lora_rank"), "lora_rank", minimum=0)
 
 
-def _roles(ctx: Ctx) -> dict[str, Optional[bool]]:
+def _roles(ctx: Ctx, n: Callable[[str], str]) -> dict[str, Optional[bool]]:
     """Which models the step runs besides the actor."""
-    n = _namer(ctx)
     adv = ctx.str(n("--advantage_estimator"), "algorithm")
     cp = ctx.str(n("--critic_pretrain"), "critic_model")
     critic = (adv == "gae") if adv is not None else (True if cp else None)
@@ -154,8 +152,7 @@ def _roles(ctx: Ctx) -> dict[str, Optional[bool]]:
     return {"critic": critic, "reward": reward, "reference": ctx.fields.get("reference")}
 
 
-def _count(ctx: Ctx, role: str) -> tuple[Optional[int], Optional[int]]:
-    n = _namer(ctx)
+def _count(ctx: Ctx, role: str, n: Callable[[str], str]) -> tuple[Optional[int], Optional[int]]:
     return (ctx.int(n(f"--{role}_num_nodes"), note=f"nodes of the {role}"),
             ctx.int(n(f"--{role}_num_gpus_per_node"), note=f"GPUs per node of the {role}"))
 
@@ -179,8 +176,7 @@ def _shared(roles: dict, together, actor_ref, critic_reward,
     return out
 
 
-def _generation_and_cluster(ctx: Ctx, roles: dict, ray: bool) -> None:
-    n = _namer(ctx)
+def _generation_and_cluster(ctx: Ctx, roles: dict, ray: bool, n: Callable[[str], str]) -> None:
     engines = ctx.int(n("--vllm_num_engines"), minimum=0, note="vLLM engines")
     tp = ctx.int(n("--vllm_tensor_parallel_size"), "rollout_tp")
     ctx.float(n("--vllm_gpu_memory_utilization"), "gpu_memory_utilization", lo=0.01, hi=1.0)
@@ -202,12 +198,12 @@ def _generation_and_cluster(ctx: Ctx, roles: dict, ray: bool) -> None:
         ctx.set("off_policy_steps", 1 if asy else 0, n("--async_train") if asy is not None else None)
         if tp is not None:
             ctx.set("rollout_gpus", engines * tp, n("--vllm_num_engines"))
-    an, ag = _count(ctx, "actor")
+    an, ag = _count(ctx, "actor", n)
     ctx.set("gpus_per_node", ag, n("--actor_num_gpus_per_node"))
     groups: list[tuple[Optional[int], Optional[int]]] = [(an, ag)]
     for role, why in _shared(roles, together, actor_ref, critic_reward, n).items():
         if why is None:
-            groups.append(_count(ctx, role))
+            groups.append(_count(ctx, role, n))
             continue
         for f in (n(f"--{role}_num_nodes"), n(f"--{role}_num_gpus_per_node")):
             if ctx.has(f):

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Annotated, Optional
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
 from throughputlab.predict_engine import EngineOptions
-from throughputlab.records.base import Record
+from throughputlab.records.base import SettingsRecord
 
 PositiveInt = Annotated[int, Field(gt=0)]
 Lengths = list[PositiveInt]
@@ -19,22 +19,19 @@ def _text(description: str, default=None):
     return Field(default, description=description)
 
 
-class PredictGeneration(Record):
-    model_config = ConfigDict(allow_inf_nan=False)  # a setting of inf or nan is refused
+class PredictGeneration(SettingsRecord):
     concurrency: Lengths = Field([1, 2, 4, 8, 16, 32, 64, 128, 256, 512], min_length=1,
                                  description="Concurrencies to predict.")
     prompt_len: Optional[PositiveInt] = _text("Prompt tokens (none: the profile's, or 512).")
     output_len: Optional[PositiveInt] = _text("Output tokens (none: the profile's, or 512).")
 
 
-class PredictTraining(Record):
-    model_config = ConfigDict(allow_inf_nan=False)  # a setting of inf or nan is refused
+class PredictTraining(SettingsRecord):
     micro_batches: Lengths = Field([1, 2, 4, 8, 16], min_length=1, description="Training micro-batches.")
     seq_len: Optional[PositiveInt] = _text("Training sequence length (none: the profile's, or 2048).")
 
 
-class PredictLayout(Record):
-    model_config = ConfigDict(allow_inf_nan=False)  # a setting of inf or nan is refused
+class PredictLayout(SettingsRecord):
     gpus: Optional[PositiveInt] = _text(
         "Analytic prediction: devices in all (none: --tp x --nodes, one engine a node). Generation runs in "
         "GPUS/TP engines; training is FSDP over all of them.")
@@ -51,9 +48,8 @@ class PredictLayout(Record):
         "means full.")
 
 
-class PredictSpec(Record):
+class PredictSpec(SettingsRecord):
     """Everything `predict` needs; `--spec FILE` holds any part of it, flags and `--set` override it."""
-    model_config = ConfigDict(allow_inf_nan=False)  # a setting of inf or nan is refused
 
     profile: Optional[str] = _text("Predict from this profile's fitted model (fitted now if it has no fit).")
     model: Optional[str] = _text("Analytic prediction: a preset, model folder or hub id.")
