@@ -256,8 +256,18 @@ def capped_form_available() -> bool:
         return False
 
 
+GROUP_CORR = 0.0  # --group-corr: a what-if; no published run gives its groups' length correlation
+
+
 def response_dist(meas: Measurement, cap: int, capped: bool) -> tuple[str, str]:
     """``--response-dist`` from the published mean (and clip ratio) and the cap, and what it says."""
+    form, why = _response_dist(meas, cap, capped)
+    if GROUP_CORR > 0:
+        return f"{form},group_corr={GROUP_CORR:g}", f"{why}; group_corr {GROUP_CORR:g} (--group-corr, a what-if)"
+    return form, why
+
+
+def _response_dist(meas: Measurement, cap: int, capped: bool) -> tuple[str, str]:
     m = meas.mean_response
     if capped and meas.clip is not None:
         return f"capped:mean={m:g},clip={meas.clip:g},max={cap}", f"published mean {m:g} and clip ratio {meas.clip:g}"
@@ -694,8 +704,16 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("-v", "--verbose", action="store_true",
                     help="show the notes, the timer mapping and the config as decide read it, per run")
     ap.add_argument("--json", metavar="FILE", type=Path, help="also write every row and the summary here")
+    ap.add_argument("--group-corr", metavar="R", type=float, default=0.0,
+                    help="what if a prompt's responses share R (0 to 1) of their log-length spread "
+                         "(--response-dist's group_corr; no published run gives it, so 0 by default)")
     ap.add_argument("--data", metavar="DIR", type=Path, default=DATA_DIR, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if not 0 <= args.group_corr < 1:
+        print(f"--group-corr is a share from 0 up to but not including 1, got {args.group_corr}", file=sys.stderr)
+        return 2
+    global GROUP_CORR
+    GROUP_CORR = args.group_corr
     try:
         runs = load_runs(args.data, tuple(args.run))
     except DataError as e:

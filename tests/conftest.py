@@ -15,6 +15,17 @@ os.environ.setdefault("OMP_NUM_THREADS", "2")
 TIERS_BEYOND_QUICK = ("slow", "vllm", "browser")
 
 
+@pytest.fixture(scope="session")
+def q7_8xh100(tmp_path_factory):
+    """An analytic profile every decide test may read: Qwen2.5-7B on one node of 8 H100s, predict's defaults."""
+    from throughputlab.models import resolve_model
+    from throughputlab.predict import Layout, predict_analytic
+
+    path = tmp_path_factory.mktemp("profiles") / "q7_8xh100.json"
+    predict_analytic(resolve_model("qwen2.5-7b").spec, "h100", layout=Layout(gpus=8)).save(path)
+    return str(path)
+
+
 def pytest_collection_modifyitems(config, items):
     # The quick tier (`pytest -m quick`): every test that no heavier tier claims.
     for item in items:

@@ -6,52 +6,45 @@ import pytest
 
 from conftest import refused, run_main
 from throughputlab.models import resolve_model
-from throughputlab.predict import Layout, predict_analytic
-
-
-@pytest.fixture(scope="module")
-def q7(tmp_path_factory):
-    path = tmp_path_factory.mktemp("refusals") / "q7.json"
-    predict_analytic(resolve_model("qwen2.5-7b").spec, "h100", layout=Layout(gpus=8)).save(path)
-    return str(path)
+from throughputlab.predict import predict_analytic
 
 
 def test_hardware_output_that_cannot_be_written_is_refused_before_probing():
     refused("hardware", "--no-bench", "-o", "/proc/throughputlab-x.json", fragments=("--output", "not writable"))
 
 
-def test_decide_lists_with_an_empty_item(q7):
-    refused("decide", "--profile", q7, "--prompts", "64,,128", fragments=("--prompts", "comma-separated"))
+def test_decide_lists_with_an_empty_item(q7_8xh100):
+    refused("decide", "--profile", q7_8xh100, "--prompts", "64,,128", fragments=("--prompts", "comma-separated"))
 
 
-def test_decide_log_flags_without_a_log_name_the_flag(q7):
-    refused("decide", "--profile", q7, "--prompts", "64", "--against-prompts", "64",
+def test_decide_log_flags_without_a_log_name_the_flag(q7_8xh100):
+    refused("decide", "--profile", q7_8xh100, "--prompts", "64", "--against-prompts", "64",
             fragments=("--against-prompts", "only with a run log"))
 
 
-def test_more_gpus_on_a_node_than_the_part_has(q7):
-    refused("decide", "--profile", q7, "--prompts", "64", "--gpus", "16", "--nodes", "1",
+def test_more_gpus_on_a_node_than_the_part_has(q7_8xh100):
+    refused("decide", "--profile", q7_8xh100, "--prompts", "64", "--gpus", "16", "--nodes", "1",
             fragments=("H100 SXM node holds at most 8", "--nodes 2"))
 
 
-def test_a_kv_cache_larger_than_the_device(q7):
+def test_a_kv_cache_larger_than_the_device(q7_8xh100):
     refused("predict", "--model", "llama3.1-8b", "--gpu", "h100", "--kv-cache-gib", "10000",
             fragments=("--kv-cache-gib 10000", "besides its weights"))
-    refused("decide", "--profile", q7, "--prompts", "64", "--kv-cache-gib", "10000", fragments=("--kv-cache-gib",))
+    refused("decide", "--profile", q7_8xh100, "--prompts", "64", "--kv-cache-gib", "10000", fragments=("--kv-cache-gib",))
 
 
-def test_a_response_dist_key_given_twice(q7):
-    refused("decide", "--profile", q7, "--prompts", "64", "--response-dist", "fixed:len=5,len=6",
+def test_a_response_dist_key_given_twice(q7_8xh100):
+    refused("decide", "--profile", q7_8xh100, "--prompts", "64", "--response-dist", "fixed:len=5,len=6",
             fragments=("len given twice",))
 
 
-def test_megatron_sizes_that_do_not_divide_the_training_gpus(q7):
-    refused("decide", "--profile", q7, "--prompts", "64", "--train-backend", "megatron", "--train-tp", "3",
+def test_megatron_sizes_that_do_not_divide_the_training_gpus(q7_8xh100):
+    refused("decide", "--profile", q7_8xh100, "--prompts", "64", "--train-backend", "megatron", "--train-tp", "3",
             fragments=("--train-tp 3 x --train-pp 1 does not divide the 8 training GPU(s)",))
 
 
-def test_requests_longer_than_the_engines_context(q7):
-    refused("decide", "--profile", q7, "--prompts", "64", "--max-model-len", "1000",
+def test_requests_longer_than_the_engines_context(q7_8xh100):
+    refused("decide", "--profile", q7_8xh100, "--prompts", "64", "--max-model-len", "1000",
             fragments=("--max-model-len 1000 is below the prompt (512) plus the longest response (2048)",))
     refused("predict", "--model", "llama3.1-8b", "--gpu", "h100", "--prompt-len", "200000",
             fragments=("exceed llama3.1-8b's max_position_embeddings (131072)",))
@@ -72,20 +65,20 @@ def test_the_bare_command_prints_its_help():
     assert r.exit_code == 0 and r.output.startswith("Usage: throughputlab") and "Commands:" in r.output
 
 
-def test_a_profile_with_a_non_positive_concurrency_is_malformed(tmp_path, q7):
+def test_a_profile_with_a_non_positive_concurrency_is_malformed(tmp_path, q7_8xh100):
     import json
 
-    d = json.loads(open(q7).read())
+    d = json.loads(open(q7_8xh100).read())
     d["generation"][0]["concurrency"] = -3
     bad = tmp_path / "neg.json"
     bad.write_text(json.dumps(d))
     refused("fit", str(bad), fragments=("malformed at generation.0.concurrency",))
 
 
-def test_a_rendezvous_endpoint_without_a_port_and_conflicting_fit_flags(q7, tmp_path):
+def test_a_rendezvous_endpoint_without_a_port_and_conflicting_fit_flags(q7_8xh100, tmp_path):
     refused("bench", "-m", "tiny", "--only", "train", "--nnodes", "2", "--rdzv-endpoint", "notahostport",
             fragments=("--rdzv-endpoint", "HOST:PORT"))
-    refused("fit", q7, "--no-save", "-o", str(tmp_path / "f.json"), fragments=("--no-save", "--output"))
+    refused("fit", q7_8xh100, "--no-save", "-o", str(tmp_path / "f.json"), fragments=("--no-save", "--output"))
     assert not (tmp_path / "f.json").exists()
 
 

@@ -19,13 +19,6 @@ from throughputlab.roofline import rl as rf_rl
 SHAPE = {"prompt_len": 1024, "response": {"dist": "lognormal:mean=2048,sigma=0.8,max=8192"}}
 
 
-@pytest.fixture(scope="module")
-def q7_8xh100(tmp_path_factory):
-    path = tmp_path_factory.mktemp("cluster") / "q7.json"
-    predict_analytic(resolve_model("qwen2.5-7b").spec, "h100", layout=Layout(gpus=8)).save(path)
-    return str(path)
-
-
 def _decide(profile, prompts, **kw):
     spec = DecideSpec.model_validate({"profile": profile, "prompts": prompts, "group": 8, "shape": SHAPE, **kw})
     return decide_from_spec(spec)

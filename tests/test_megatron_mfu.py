@@ -11,7 +11,7 @@ from throughputlab.decide.calculator import DecideSpec, decide_from_spec
 from throughputlab.decide.shape import RLShape
 from throughputlab.decide.steptime import StepModel
 from throughputlab.models import resolve_model
-from throughputlab.predict import Layout, analytic_model, predict_analytic
+from throughputlab.predict import analytic_model
 from throughputlab.records.peaks import lookup, peak_flops
 
 SHAPE = {"prompt_len": 256, "response": {"dist": "lognormal:mean=512,sigma=0.6,max=1024"},
@@ -48,10 +48,8 @@ def test_no_published_megatron_run_keeps_the_fsdp_share():
     assert "no published Megatron run" in rf.train_mfu("A100 80GB SXM", "bfloat16", "megatron")[1]
 
 
-def test_decide_says_which_share_megatron_trained_at(tmp_path):
-    path = tmp_path / "q7.json"
-    predict_analytic(resolve_model("qwen2.5-7b").spec, "h100", layout=Layout(gpus=8)).save(path)
-    spec = DecideSpec.model_validate({"profile": str(path), "prompts": [64], "group": 8, "cluster": {"gpus": 8},
+def test_decide_says_which_share_megatron_trained_at(q7_8xh100):
+    spec = DecideSpec.model_validate({"profile": q7_8xh100, "prompts": [64], "group": 8, "cluster": {"gpus": 8},
                                       "shape": {**SHAPE, "train": {**SHAPE["train"], "backend": "megatron"}}})
     notes = " ".join(decide_from_spec(spec)[0].notes)
     assert "Megatron training at 52% of the" in notes and "dgxc-benchmarking" in notes
@@ -73,10 +71,8 @@ def test_the_profiles_device_decides_the_share_not_a_rate_that_happens_to_match(
 
 
 @pytest.mark.parametrize("backend, said", [("fsdp", True), ("megatron", False)])
-def test_megatrons_layout_under_fsdp_is_said_not_dropped(tmp_path, backend, said):
-    path = tmp_path / "q7.json"
-    predict_analytic(resolve_model("qwen2.5-7b").spec, "h100", layout=Layout(gpus=8)).save(path)
-    spec = DecideSpec.model_validate({"profile": str(path), "prompts": [64], "group": 8, "cluster": {"gpus": 8},
+def test_megatrons_layout_under_fsdp_is_said_not_dropped(q7_8xh100, backend, said):
+    spec = DecideSpec.model_validate({"profile": q7_8xh100, "prompts": [64], "group": 8, "cluster": {"gpus": 8},
                                       "shape": {**SHAPE, "train": {**SHAPE["train"], "backend": backend,
                                                                    "tp": 2, "pp": 2}}})
     notes = [n for n in decide_from_spec(spec)[0].notes if "ignored" in n]

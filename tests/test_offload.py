@@ -23,13 +23,6 @@ SHAPE = {"prompt_len": 256, "response": {"dist": "lognormal:mean=512,sigma=0.6,m
          "train": {"micro_batch": 2}}
 
 
-@pytest.fixture(scope="module")
-def q7(tmp_path_factory):
-    path = tmp_path_factory.mktemp("offload") / "q7.json"
-    predict_analytic(resolve_model("qwen2.5-7b").spec, "h100", layout=Layout(gpus=8)).save(path)
-    return str(path)
-
-
 def test_host_copies_at_the_sleep_rate():
     g = 1e9
     assert rfl.offload_bytes(2 * g, 0.5 * g, 2, 5, 2, 2) == pytest.approx(2 * g * (10 + 8) + 0.5 * g * 24)
@@ -39,8 +32,8 @@ def test_host_copies_at_the_sleep_rate():
     assert rfl.host_copy_s(0.0, 8) == 0.0
 
 
-def test_shards_follow_the_backend(q7):
-    m = load_model(Profile.load(q7))
+def test_shards_follow_the_backend(q7_8xh100):
+    m = load_model(Profile.load(q7_8xh100))
     fsdp = param_shards(m, 8)
     assert fsdp[0] == fsdp[1]
     meg = layout_for(TrainShape(backend="megatron", tp=2, pp=2), 8)
@@ -51,10 +44,10 @@ def test_shards_follow_the_backend(q7):
     assert t == pytest.approx(rfl.host_copy_s(4 * fsdp[0] * m.costs.bytes_per_param, 8))
 
 
-def test_the_step_grows_by_the_copies(q7):
+def test_the_step_grows_by_the_copies(q7_8xh100):
     def step(train):
         shape = {**SHAPE, "train": {**SHAPE["train"], **train}}
-        spec = DecideSpec.model_validate({"profile": q7, "prompts": [64], "group": 8, "shape": shape,
+        spec = DecideSpec.model_validate({"profile": q7_8xh100, "prompts": [64], "group": 8, "shape": shape,
                                           "cluster": {"gpus": 8}})
         return decide_from_spec(spec)[0].rows[0].step
     base, off = step({}), step({"offload_param_copies": 5, "offload_grad_copies": 2, "offload_optimizer_copies": 2})

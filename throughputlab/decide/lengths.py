@@ -5,7 +5,13 @@
 cap (veRL's response_length/clip_ratio): that share sits at the cap, the rest is a lognormal cut
 below it whose mean makes the overall mean the logged one. Without the share (a published mean and
 the cap only), it is the one a lognormal of spread sigma cut at the cap has when its mean after the
-cut is the published mean (``censored_clip``): a mean close to the cap puts much of the mass there."""
+cut is the published mean (``censored_clip``): a mean close to the cap puts much of the mass there.
+
+``group_corr`` is the share of the spread of log length that the responses of one prompt have in common
+(the intraclass correlation of log length): a hard prompt draws long responses from all its samples, an
+easy one short ones. The marginal law stays the one above; only how it falls into groups changes
+(a Gaussian copula over the group, :meth:`LengthDist.sample`). Since a prompt's group stays on one engine,
+correlated groups make engines' loads differ and the step waits for the busiest one."""
 
 from __future__ import annotations
 
@@ -34,10 +40,14 @@ class LengthDist(Record):
     max_tokens: Optional[int] = None  # the generation cut; responses longer than it stop there
     values: list[int] = []  # observed
     source: Optional[str] = None  # where the observed values came from
+    group_corr: float = 0.0  # share of the log-length spread a prompt's responses share (0: independent)
 
-    def sample(self, n: int, seed: int = 0) -> np.ndarray:
-        """``n`` lengths, deterministic for a seed; always in [1, max_tokens]."""
+    def sample(self, n: int, seed: int = 0, group: int = 1) -> np.ndarray:
+        """``n`` lengths, deterministic for a seed; always in [1, max_tokens]. With ``group_corr`` and a
+        ``group`` above 1, consecutive runs of ``group`` lengths are one prompt's responses."""
         rng = np.random.default_rng(seed)
+        if self.group_corr > 0 and group > 1:
+            return self._clamped(self.quantile(_group_uniforms(rng, n, group, self.group_corr)))
         if self.kind == "observed":
             x = rng.choice(np.asarray(self.values, dtype=np.int64), size=n, replace=True)
         elif self.kind == "lognormal":
@@ -49,10 +59,34 @@ class LengthDist(Record):
             x = rng.integers(self.low, self.high + 1, size=n)
         else:
             x = np.full(n, self.high)
+        return self._clamped(x)
+
+    def _clamped(self, x) -> np.ndarray:
         x = np.maximum(np.asarray(x, dtype=np.int64), 1)
-        if self.max_tokens is not None:
-            x = np.minimum(x, self.max_tokens)
-        return x
+        return np.minimum(x, self.max_tokens) if self.max_tokens is not None else x
+
+    def quantile(self, u: np.ndarray) -> np.ndarray:
+        """Lengths at probabilities ``u`` in (0, 1): the inverse of the law :meth:`sample` draws from
+        (observed: the sorted values; capped: the top ``clip`` at the cap, the truncated lognormal below)."""
+        from scipy.special import ndtr, ndtri
+
+        u = np.clip(np.asarray(u, dtype=float), 1e-12, 1 - 1e-12)
+        if self.kind == "observed":
+            v = np.sort(np.asarray(self.values, dtype=np.int64))
+            return v[np.minimum((u * len(v)).astype(np.int64), len(v) - 1)]
+        if self.kind == "lognormal":
+            return np.rint(np.exp(math.log(self.mean) - self.sigma ** 2 / 2 + self.sigma * ndtri(u)))
+        if self.kind == "capped":
+            cap, clip, s = float(self.max_tokens), float(self.clip), float(self.sigma)
+            if clip >= 1:
+                return np.full(u.shape, cap)
+            mu = _truncated_mu((self.mean - clip * cap) / (1.0 - clip), s, cap)
+            v = np.clip(u / (1.0 - clip), 1e-12, 1 - 1e-12) * ndtr((math.log(cap) - mu) / s)
+            x = np.minimum(np.rint(np.exp(mu + s * ndtri(v))), cap - 1)
+            return np.where(u > 1.0 - clip, cap, x)
+        if self.kind == "uniform":
+            return self.low + np.minimum((u * (self.high - self.low + 1)).astype(np.int64), self.high - self.low)
+        return np.full(u.shape, self.high)
 
     def _capped(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """A share ``clip`` at the cap; the rest a lognormal of spread sigma cut below the cap (inverse CDF
@@ -80,6 +114,11 @@ class LengthDist(Record):
         return int(self.high)
 
     def describe(self) -> str:
+        corr = (f"; a prompt's responses share {self.group_corr:.0%} of the log-length spread (group_corr)"
+                if self.group_corr else "")
+        return self._describe() + corr
+
+    def _describe(self) -> str:
         cut = f", cut at {self.max_tokens}" if self.max_tokens else ""
         if self.kind == "observed":
             return f"{len(self.values)} observed lengths from {self.source or 'a list'} (resampled){cut}"
@@ -94,8 +133,18 @@ class LengthDist(Record):
         return f"fixed {self.high} tokens{cut}"
 
 
-_DIST_KEYS = {"lognormal": {"mean", "sigma", "max"}, "capped": {"mean", "clip", "max", "sigma"},  # capped: clip optional
-              "uniform": {"min", "max"}, "fixed": {"len"}}
+def _group_uniforms(rng: np.random.Generator, n: int, group: int, corr: float) -> np.ndarray:
+    """``n`` uniforms whose normal scores share ``corr`` of their variance within each run of ``group``
+    (z = sqrt(corr) z_prompt + sqrt(1 - corr) z_response: each still standard normal)."""
+    from scipy.special import ndtr
+
+    z_prompt = np.repeat(rng.standard_normal(-(-n // group)), group)[:n]
+    return ndtr(math.sqrt(corr) * z_prompt + math.sqrt(1.0 - corr) * rng.standard_normal(n))
+
+
+_DIST_KEYS = {"lognormal": {"mean", "sigma", "max", "group_corr"},  # capped: clip optional
+              "capped": {"mean", "clip", "max", "sigma", "group_corr"}, "uniform": {"min", "max", "group_corr"},
+              "fixed": {"len"}}
 CAPPED_SIGMA = 0.6  # the spread below the cap when the log gives none
 
 
@@ -142,11 +191,29 @@ def parse_length_dist(text: str, option: str = "--response-dist") -> LengthDist:
                         "or fixed:len=..")
     kv = parse_kv(rest, option, text)
     unknown = set(kv) - _DIST_KEYS[kind]
-    required = {"lognormal": {"mean", "sigma"}, "capped": {"mean", "max"}}.get(kind, _DIST_KEYS[kind])
+    required = {"lognormal": {"mean", "sigma"}, "capped": {"mean", "max"}}.get(kind, _DIST_KEYS[kind] - {"group_corr"})
     missing = required - set(kv)
     if unknown or missing:
         what = f"unknown key(s) {', '.join(sorted(unknown))}" if unknown else f"missing {', '.join(sorted(missing))}"
         raise UserError(f"{option} {text!r}: {what}; {kind} takes {', '.join(sorted(_DIST_KEYS[kind]))}")
+    corr = kv.pop("group_corr", None)
+    dist = _parse_form(kind, kv, option, text)
+    return dist if corr is None else dist.model_copy(update={"group_corr": parse_group_corr(corr, option, text)})
+
+
+def parse_group_corr(value, option: str, text: str) -> float:
+    """The share of the log-length spread a prompt's responses share: a number in [0, 1)."""
+    try:
+        corr = float(value)
+    except (TypeError, ValueError):
+        corr = math.nan
+    if not 0 <= corr < 1:
+        raise UserError(f"{option} {text!r}: group_corr is the share of the log-length spread a prompt's responses "
+                        f"share, a number from 0 (independent) up to but not including 1, got {value!r}")
+    return corr
+
+
+def _parse_form(kind: str, kv: dict[str, str], option: str, text: str) -> LengthDist:
     try:
         if kind == "lognormal":
             mean, sigma = float(kv["mean"]), float(kv["sigma"])
@@ -217,13 +284,15 @@ def _pos_int(v: str, option: str, key: str) -> int:
 def read_lengths_file(path: str | Path, max_tokens: Optional[int] = None,
                       option: str = "--response-lengths") -> LengthDist:
     """Observed response lengths: numbers separated by whitespace or commas, a JSON list, or a
-    CSV whose single column (or column named response_len, length or tokens) holds them."""
+    CSV whose single column (or column named response_len, length or tokens) holds them. A CSV with a
+    prompt column (uid, prompt_id, prompt or group) also gives ``group_corr``, measured on its groups."""
     from throughputlab.files import read_text
 
     p = Path(path)
     text = read_text(p, "response lengths (tokens): numbers one per line, a JSON list or a CSV column",
                      f"{option} {path}")
     values: list[float]
+    corr = 0.0
     stripped = text.strip()
     if stripped.startswith("["):
         import json
@@ -237,16 +306,42 @@ def read_lengths_file(path: str | Path, max_tokens: Optional[int] = None,
         try:
             values = [float(t) for t in tokens]
         except ValueError:
-            values = _lengths_from_csv(p, option)
+            values, corr = _lengths_from_csv(p, option)
     if not values:
         raise UserError(f"{option} {path}: holds no lengths; write one response length (tokens) per line")
     arr = np.asarray(values, dtype=float)
     if not np.all(np.isfinite(arr)) or np.any(arr < 1) or np.any(arr != np.round(arr)):
         raise UserError(f"{option} {path}: lengths must be positive whole token counts")
-    return LengthDist(kind="observed", values=[int(v) for v in arr], max_tokens=max_tokens, source=str(path))
+    return LengthDist(kind="observed", values=[int(v) for v in arr], max_tokens=max_tokens, source=str(path),
+                      group_corr=corr)
 
 
-def _lengths_from_csv(p: Path, option: str) -> list[float]:
+GROUP_COLUMNS = ("uid", "prompt_id", "prompt", "group")
+
+
+def group_corr_of(lengths, groups) -> float:
+    """``group_corr`` measured on observed lengths and their prompts: the intraclass correlation (one-way
+    ANOVA, ICC(1)) of the lengths' normal scores (ranks through the inverse normal CDF), the same
+    Gaussian-copula correlation :meth:`LengthDist.sample` draws with; clipped to [0, 0.99]; 0 when no
+    prompt has two responses."""
+    import pandas as pd
+    from scipy.special import ndtri
+
+    x = pd.Series(np.asarray(lengths, dtype=float))
+    z = pd.Series(ndtri((x.rank(method="average").to_numpy() - 0.5) / len(x)))
+    g = z.groupby(np.asarray(groups))
+    sizes = g.size()
+    k, n = len(sizes), int(sizes.sum())
+    if k < 2 or n - k < 1 or sizes.max() < 2:
+        return 0.0
+    within = float(((z - g.transform("mean")) ** 2).sum()) / (n - k)
+    between = float((sizes * (g.mean() - z.mean()) ** 2).sum()) / (k - 1)
+    k0 = (n - float((sizes ** 2).sum()) / n) / (k - 1)
+    icc = (between - within) / (between + (k0 - 1) * within) if between + (k0 - 1) * within > 0 else 0.0
+    return float(min(max(icc, 0.0), 0.99))
+
+
+def _lengths_from_csv(p: Path, option: str) -> tuple[list[float], float]:
     import pandas as pd
 
     from throughputlab.files import read_csv
@@ -264,4 +359,6 @@ def _lengths_from_csv(p: Path, option: str) -> list[float]:
     col = pd.to_numeric(col, errors="coerce")
     if col.isna().any():
         raise UserError(f"{option} {p}: the length column holds non-numbers")
-    return col.astype(float).tolist()
+    prompt = next((c for c in GROUP_COLUMNS if c in df.columns), None)
+    corr = group_corr_of(col, df[prompt].astype(str)) if prompt is not None and col.size > 1 else 0.0
+    return col.astype(float).tolist(), corr

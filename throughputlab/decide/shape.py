@@ -24,8 +24,10 @@ class ResponseSpec(_Spec):
     dist: Optional[str] = Field(None, description="lognormal:mean=..,sigma=..,max=.. (mean before the cut) | "
                                                  "capped:mean=..,max=..[,clip=..][,sigma=..] (mean after the cut, "
                                                  "the share at it given or implied) | uniform:min=..,max=.. | "
-                                                 "fixed:len=..")
-    file: Optional[str] = Field(None, description="Observed response lengths (tokens), one per line.")
+                                                 "fixed:len=..; ,group_corr=R: a prompt's responses share R of "
+                                                 "their log-length spread (0 by default: independent)")
+    file: Optional[str] = Field(None, description="Observed response lengths (tokens), one per line; a CSV with a "
+                                                  "uid, prompt_id, prompt or group column also gives group_corr.")
     max_tokens: Optional[int] = None  # cut applied to observed lengths
 
     def resolve(self) -> LengthDist:

@@ -264,7 +264,7 @@ class StepModel:
             raise UserError(f"prompts per step and group size must be positive integers, got {prompts} and {group}")
         most = max(prompts)
         if lengths is None:
-            lengths = self.dist.sample(most * group, self.shape.seed)
+            lengths = self.dist.sample(most * group, self.shape.seed, group)
         lengths = np.asarray(lengths, dtype=np.int64)
         if len(lengths) < most * group:
             raise UserError(f"{len(lengths)} response lengths for {most} prompts of {group}")
@@ -293,7 +293,7 @@ class StepModel:
                     seed = self.shape.seed * 1_000_003 + 7919 * e
 
                     def draw(n: int, k: int, seed=seed) -> np.ndarray:
-                        return self.dist.sample(n * group, seed + 104_729 * (k + 1))
+                        return self.dist.sample(n * group, seed + 104_729 * (k + 1), group)
                     roll, off, left = simulate_partial(self.model, p, self.caps, c, group, share, over, draw,
                                                        self.dist.longest())
                     rolls.append(roll)
@@ -317,7 +317,7 @@ class StepModel:
         throughput-bound when the queue outlasts the tail and tail-bound (``makespan / k``) when the
         engines hold all ``k`` batches at once; ``k = 1`` is the one-step-off rollout itself."""
         k = self.slack_steps
-        draws = [lengths[:q * group]] + [self.dist.sample(q * group, self.shape.seed + 7_919 * j)
+        draws = [lengths[:q * group]] + [self.dist.sample(q * group, self.shape.seed + 7_919 * j, group)
                                          for j in range(1, k)]
         out = []
         for e in range(min(engines, q)):
