@@ -116,6 +116,22 @@ def test_the_printout_names_the_config_keys_it_read(q7_16xh100, tmp_path):
     assert "data.train_batch_size=" in keys and "actor_rollout_ref.rollout.n=" in keys
 
 
+@pytest.mark.parametrize("config, timers", [
+    (NEMO / "grpo-qwen2.5-7b-2n8g-dtensor.yaml",
+     {"timing/train/generation": "rewards", "timing/train/prepare_for_generation": "sync"}),
+    (DATA / "verl_printed_ppo.yaml", {"timing_s/gen": "after v0.7.0 not", "timing_s/update_weights": "sync"}),
+    (DATA / "openrlhf_ppo_colocated.sh", {"train/timing/generation": "rewards", "train/timing/broadcast": "sync"}),
+])
+def test_the_printout_says_what_the_frameworks_timers_hold(q7_16xh100, tmp_path, config, timers):
+    text, d = _decide(q7_16xh100, "--config", str(config), tmp_path=tmp_path)
+    listed = text[text.index("timers in the run's log"):]
+    for key, holds in timers.items():
+        line = next(ln for ln in listed.splitlines() if ln.strip().startswith(key))
+        assert holds in line, line
+    assert any(t.startswith("timing") or t.startswith("train/timing") for t in
+               [x.split(":")[0] for x in d["config"]["timers"][1:]])
+
+
 def test_trl_defaults_and_a_missing_process_count(tmp_path):
     from throughputlab.errors import UserError
     from throughputlab.rlconfig import read_run_config

@@ -315,6 +315,10 @@ def decide(spec: DecideSpec, model: ThroughputModel, train_model: Optional[Throu
         notes.append(f"host offload {steps.offload_s:.3g} s per step: each training GPU's parameters x "
                      f"{tr.offload_param_copies:g}, fp32 gradients x {tr.offload_grad_copies:g} and optimizer state x "
                      f"{tr.offload_optimizer_copies:g} over the host link (decide/offload.py)")
+    if spec.shape.reward.per_response_s:
+        notes.append(f"scoring the responses on the host: {spec.shape.reward.per_response_s:g} s each on "
+                     f"{spec.shape.reward.workers} process(es), after the rollout inside gen (overlapped steps: a stage "
+                     "of its own beside generation and training; shape.reward, roofline.rl.reward_s)")
     if steps.group_share:
         notes.append(f"GRPO: the {spec.group} responses of a prompt share its prefill and KV cache (prefix caching)")
     if spec.shape.train.activation_checkpointing:

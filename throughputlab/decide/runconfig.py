@@ -14,6 +14,8 @@ from typing import Any, Optional
 
 from throughputlab import roofline as rf
 from throughputlab.rlconfig import RunConfig
+from throughputlab.rlconfig.timers import timer_lines
+from throughputlab.roofline import rl as rf_rl
 
 CANDIDATE_FACTORS = (1, 2, 4)  # the run's batch and two larger ones, unless --prompts says otherwise
 RESPONSE_SIGMA = 0.6
@@ -79,6 +81,10 @@ def decide_data(rc: RunConfig) -> tuple[dict[str, Any], list[str], list[str]]:
         put("shape.train.activation_checkpointing", rc.activation_checkpointing != "none",
             f"activation checkpointing {rc.activation_checkpointing}")
     offload_knobs(rc, put)
+    if rc.reward_scorer == "math_verify":
+        put("shape.reward.per_response_s", rf_rl.MATH_VERIFY_S, "math-verify scores each response on the host after "
+            "the rollout (roofline.rl.MATH_VERIFY_S)")
+        put("shape.reward.workers", rc.reward_workers, "processes scoring the responses")
     put("shape.engine.max_num_seqs", rc.max_num_seqs, "the engines' sequence cap")
     put("shape.engine.max_num_batched_tokens", rc.max_num_batched_tokens, "the engines' token budget per step")
     put("shape.engine.enforce_eager", rc.enforce_eager, "engines without CUDA graphs")
@@ -207,7 +213,7 @@ def describe(rc: RunConfig, used: list[str], missing: list[str]) -> list[str]:
     for note, keys in by_reason.items():
         shown = ", ".join(keys[:6]) + (f" and {len(keys) - 6} more" if len(keys) > 6 else "")
         lines.append(f"  ignored ({note}): {shown}")
-    return lines
+    return lines + timer_lines(rc.framework, rc.placement)
 
 
 def drop_placement(data: dict, record: dict) -> None:
@@ -300,5 +306,6 @@ def read(path: str, overrides: tuple[str, ...] = (),
               "placement": rc.placement,
               "settings": used, "not_modelled": missing,
               "read": [k.model_dump(mode="json") for k in rc.read],
-              "ignored": [k.model_dump(mode="json") for k in rc.ignored]}
+              "ignored": [k.model_dump(mode="json") for k in rc.ignored],
+              "timers": [line.strip() for line in timer_lines(rc.framework, rc.placement)]}
     return data, describe(rc, used, missing), record

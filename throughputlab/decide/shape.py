@@ -101,6 +101,14 @@ class EngineShape(_Spec):
     max_model_len: Optional[int] = Field(None, gt=0, description="The engines' max_model_len (sizes vLLM's profile run).")
 
 
+class RewardShape(_Spec):
+    """Scoring the responses on the host after the rollout (an environment or a reward function); 0: not priced."""
+
+    per_response_s: float = Field(0.0, ge=0, description=(
+        "Host seconds to score one response (math-verify: about 0.1, roofline.rl.MATH_VERIFY_S); 0: not priced."))
+    workers: int = Field(1, ge=1, description="Processes scoring responses in parallel (NeMo-RL env.math.num_workers).")
+
+
 class RLShape(_Spec):
     algo: Literal["grpo", "ppo"] = Field("grpo", description="PPO adds a critic.")
     prompt_len: int = Field(512, description="Prompt tokens per request.")
@@ -111,6 +119,7 @@ class RLShape(_Spec):
     critic: Optional[CriticShape] = None  # PPO: default the policy's own size
     sync: SyncShape = SyncShape()
     engine: EngineShape = EngineShape()
+    reward: RewardShape = RewardShape()
     prefix_sharing: bool = True  # GRPO: a prompt's responses share its prefill and KV (vLLM prefix caching, n > 1)
     partial_rollout: float = Field(0.0, description=(  # 0: full rollouts
         "Partial rollouts (APRIL): OVER more prompts in flight as a share of the batch (0.25: 25%), generation "

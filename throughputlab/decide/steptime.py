@@ -64,6 +64,7 @@ class StepTime(BaseModel):
     sync_s: float
     step_s: float
     offload_s: float = 0.0  # training state to host memory and back (decide/offload.py)
+    reward_s: float = 0.0  # scoring the responses on the host: inside gen_s, or its own stage when overlapped
     micro_batch: int
     optimizer_steps: int
     seq_len_mean: float
@@ -143,11 +144,10 @@ class StepModel:
         if placement is not None and e.kv_cache_tokens is None:
             self.caps = self.caps.model_copy(update={"kv_cache_tokens": model.kv_cache_tokens})
         tr = shape.train
-        for name, v in (("train.epochs", tr.epochs), ("train.mini_batches", tr.mini_batches)):
+        for name, v in (("train.epochs", tr.epochs), ("train.mini_batches", tr.mini_batches),
+                        ("train.mini_batch_samples", 1 if tr.mini_batch_samples is None else tr.mini_batch_samples)):
             if v < 1:
                 raise UserError(f"{name} must be a positive integer, got {v}")
-        if tr.mini_batch_samples is not None and tr.mini_batch_samples < 1:
-            raise UserError(f"train.mini_batch_samples must be a positive integer, got {tr.mini_batch_samples}")
         self.layout = be.layout_for(tr, placement.train_gpus if placement is not None else 1,
                                  placement.link_group if placement is not None else 8)
         budget, lp_budget, mem = tr.token_budget, tr.logprob_token_budget, be.memory_model(self.train_model, self.layout)
@@ -357,16 +357,14 @@ class StepModel:
             critic = self.critic_forward_s(per_dev, seq)
             critic += self._update_s(cm, n, seq, self._critic_micro(seq), scale, dev)[0]
         learn = logprob + train + critic + self.offload_s
-        overlapped = self.overlapped
-        if overlapped:
-            total = max(roll.wall_s, learn) + self.sync_s
-        else:
-            total = roll.wall_s + learn + self.sync_s
+        reward, overlapped = rf_rl.reward_s(n, self.shape.reward.per_response_s, self.shape.reward.workers), self.overlapped
+        gen = roll.wall_s + (0.0 if overlapped else reward)  # overlapped: scoring is a stage of its own, on the host
+        total = (max(gen, reward, learn) if overlapped else gen + learn) + self.sync_s
         idle = idle_shares(pl, roll.wall_s, gen_mean, learn, total) if pl is not None else {}
         return StepTime(prompts=prompts, group=group, responses=n,
-                        overlap="off-policy" if overlapped else self.shape.overlap, gen_s=roll.wall_s,
+                        overlap="off-policy" if overlapped else self.shape.overlap, gen_s=gen,
                         logprob_s=logprob, train_s=train, critic_s=critic, sync_s=self.sync_s, step_s=total,
-                        offload_s=self.offload_s,
+                        offload_s=self.offload_s, reward_s=reward,
                         micro_batch=mb, optimizer_steps=opt_steps, seq_len_mean=seq, rollout=roll,
                         placement=pl.label if pl is not None else None, engines=len(counts), engine_prompts=counts,
                         gen_engine_mean_s=gen_mean, train_devices=gpus, idle_share=idle, prefix_sharing=share > 1,

@@ -103,6 +103,8 @@ class RunConfig(BaseModel):
     reference: Optional[bool] = None  # a reference-model forward pass each step (KL)
     kl: Optional[float] = None  # KL coefficient (loss or reward)
     reward_model: Optional[bool] = None  # a learned reward model's forward pass each step
+    reward_scorer: Optional[Literal["math_verify"]] = None  # responses scored on the host by this (priced)
+    reward_workers: Optional[int] = None  # processes scoring them in parallel
 
     # Cluster and placement.
     gpus: Optional[int] = None  # GPUs of the run in all

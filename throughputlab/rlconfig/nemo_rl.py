@@ -105,7 +105,19 @@ def read(ctx: Ctx) -> None:
         _value(ctx)
     else:
         ctx.set("critic", False if ctx.has("grpo") else None)
+    _reward(ctx)
     _cluster(ctx, a)
+
+
+def _reward(ctx: Ctx) -> None:
+    """The math environment (``env.math``) scores every response with math-verify on ``num_workers`` processes
+    after the engines finish, inside NeMo-RL's generation timer; dapo_math_verify is a string match (not priced)."""
+    if not isinstance(ctx.raw("env.math"), dict):
+        return
+    impl = ctx.str("env.math.math_verify_impl", note="how the math environment scores responses") or "hf_math_verify"
+    if impl == "hf_math_verify":
+        ctx.int("env.math.num_workers", "reward_workers", note="processes scoring the responses")
+        ctx.set("reward_scorer", "math_verify", "env.math.num_workers")
 
 
 def _value(ctx: Ctx) -> None:

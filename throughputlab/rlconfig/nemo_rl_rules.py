@@ -29,7 +29,7 @@ RULES: list[tuple[tuple[str, ...], str]] = [
     (alg("policy_training_start_step"), "critic-only warm-up steps at the start of the run: not a steady step"),
     (("data", "policy.tokenizer", "sif_dir"), "data paths, prompts, tokenizer and container images"),
     (("env", "reward_penalties") + alg("reward_shaping", "reward_scaling"),
-     "the reward environment: scored on the CPU, not modelled"),
+     "the reward environment's other settings (math-verify scoring is priced from env.math)"),
     (alg("use_dynamic_sampling", "dynamic_sampling_max_gen_batches", "dynamic_sampling_oversample_ratio", "batch_multiplier"),
      "dynamic sampling: extra generation rounds are not modelled; prompts_per_step counts the trained batch"),
     (alg("async_grpo.in_flight_weight_updates", "async_grpo.recompute_kv_cache_after_weight_updates",
