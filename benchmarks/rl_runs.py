@@ -69,7 +69,7 @@ MODELS = {
 }
 # published timers with no phase of the step model, and why
 NOT_MODELLED = {
-    "timing_s/reward": "reward scoring on the CPU: not modelled (inside the published step)",
+    "timing_s/reward": "reward scoring on the CPU: not priced for veRL's string-match scores (shape.reward prices math-verify; inside the published step)",
     "timing_s/adv": "advantage computation: not modelled (inside the published step)",
     "timing_s/testing": "validation: runs between steps",
     "validate": "validation: runs between steps",
@@ -706,7 +706,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--json", metavar="FILE", type=Path, help="also write every row and the summary here")
     ap.add_argument("--group-corr", metavar="R", type=float, default=0.0,
                     help="what if a prompt's responses share R (0 to 1) of their log-length spread "
-                         "(--response-dist's group_corr; no published run gives it, so 0 by default)")
+                         "(--response-dist's group_corr; no published run gives it, so 0 by default); applied to the "
+                         "runs with published lengths, the others keep decide's default from their config")
     ap.add_argument("--data", metavar="DIR", type=Path, default=DATA_DIR, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if not 0 <= args.group_corr < 1:

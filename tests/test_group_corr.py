@@ -70,7 +70,7 @@ def test_observed_lengths_with_their_prompts_give_the_correlation(tmp_path):
 
 @pytest.mark.parametrize("value", ["-0.1", "1", "1.5", "nan", "x"])
 def test_a_group_corr_outside_zero_to_one_is_refused(value):
-    with pytest.raises(UserError, match="group_corr"):
+    with pytest.raises(UserError, match="from 0 \\(independent\\) up to but not including 1"):
         parse_length_dist(f"lognormal:mean=800,sigma=0.6,group_corr={value}")
 
 
@@ -82,4 +82,4 @@ def test_fixed_lengths_take_no_group_corr():
 def test_the_cli_refuses_a_bad_group_corr_in_one_line(q7_8xh100):
     r = run_cli("decide", "--profile", q7_8xh100, "--prompts", "64", "--response-dist",
                 "lognormal:mean=800,sigma=0.6,group_corr=2")
-    assert_user_error(r, "group_corr")
+    assert_user_error(r, "group_corr", "up to but not including 1")

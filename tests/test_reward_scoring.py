@@ -66,7 +66,8 @@ def test_decide_config_prices_the_math_environment_and_says_so(q7_8xh100):
     assert r.exit_code == 0, r.output
     assert f"shape.reward.per_response_s = {rf_rl.MATH_VERIFY_S}" in r.output
     assert "shape.reward.workers = 8" in r.output
-    assert "scoring the responses on the host: 0.1 s each on 8 process(es), after the rollout inside gen" in r.output
+    assert (f"scoring the responses on the host: {rf_rl.MATH_VERIFY_S:g} s each on 8 process(es), after the rollout "
+            "inside gen") in r.output
 
 
 @pytest.mark.parametrize("setting", ["shape.reward.per_response_s=-1", "shape.reward.workers=0",

@@ -26,6 +26,7 @@ from throughputlab.decide.logcheck import Calibration, LogCheck, PhaseCheck, che
 from throughputlab.decide.steptime import ResponseSpec, StepModel, StepTime
 from throughputlab.errors import UserError
 from throughputlab.imports.runlog import RunLog, load_run_log, spread
+from throughputlab.roofline import rl as rf_rl
 
 MODEL_PHASES = ("gen", "logprob", "ref", "values", "update_critic", "update_actor", "sync")
 ROWS = (*MODEL_PHASES, "other", "step")
@@ -132,7 +133,9 @@ def _missing_reason(phase: str) -> str:
 
 def calibrated_step(steps: StepModel, st: StepTime, cal: Calibration) -> StepTime:
     """The step time with each phase multiplied by its factor, put together as StepModel.step
-    does: in sequence, or ``max(t_gen, t_learn) + t_sync`` when generation overlaps training."""
+    does (roofline.rl.rl_step_s): in sequence, or the slowest stage plus the sync when generation overlaps
+    training. The logged phases hold the host offload (veRL times its reloads inside update_actor and the
+    log-prob passes), so it is not added again; an overlapped step's scoring stays as modelled."""
     f = cal.factor
     tr = steps.shape.train
     passes = int(tr.old_logprob) + int(tr.ref_logprob)
@@ -146,8 +149,9 @@ def calibrated_step(steps: StepModel, st: StepTime, cal: Calibration) -> StepTim
     if cal.sync_in_gen:  # the logged generation held the sync: its factor covers both, counted once
         gen, sync = (st.gen_s + st.sync_s) * f("gen"), 0.0
     train, sync = st.train_s * f("update_actor"), (0.0 if cal.sync_in_gen else st.sync_s * f("sync"))
-    learn = logprob + train + critic
-    total = (max(gen, learn) if st.overlap == "off-policy" else gen + learn) + sync
+    learn = logprob + train + critic  # the host offload is inside the logged phases (veRL's update_actor holds it)
+    overlapped = st.overlap == "off-policy"  # on-policy, gen holds the scoring (and its factor with it)
+    total = rf_rl.rl_step_s(gen, st.reward_s if overlapped else 0.0, learn, sync, overlapped)
     gen_mean = (st.gen_engine_mean_s if st.gen_engine_mean_s is not None else st.gen_s) * f("gen")
     idle = idle_shares(steps.placement, gen, gen_mean, learn, total) if steps.placement is not None else {}
     return st.model_copy(update={"gen_s": gen, "logprob_s": logprob, "train_s": train, "critic_s": critic,

@@ -105,7 +105,7 @@ class RewardShape(_Spec):
     """Scoring the responses on the host after the rollout (an environment or a reward function); 0: not priced."""
 
     per_response_s: float = Field(0.0, ge=0, description=(
-        "Host seconds to score one response (math-verify: about 0.1, roofline.rl.MATH_VERIFY_S); 0: not priced."))
+        "Host seconds to score one response (math-verify: 0.005, roofline.rl.MATH_VERIFY_S); 0: not priced."))
     workers: int = Field(1, ge=1, description="Processes scoring responses in parallel (NeMo-RL env.math.num_workers).")
 
 

@@ -359,7 +359,7 @@ class StepModel:
         learn = logprob + train + critic + self.offload_s
         reward, overlapped = rf_rl.reward_s(n, self.shape.reward.per_response_s, self.shape.reward.workers), self.overlapped
         gen = roll.wall_s + (0.0 if overlapped else reward)  # overlapped: scoring is a stage of its own, on the host
-        total = (max(gen, reward, learn) if overlapped else gen + learn) + self.sync_s
+        total = rf_rl.rl_step_s(roll.wall_s, reward, learn, self.sync_s, overlapped)
         idle = idle_shares(pl, roll.wall_s, gen_mean, learn, total) if pl is not None else {}
         return StepTime(prompts=prompts, group=group, responses=n,
                         overlap="off-policy" if overlapped else self.shape.overlap, gen_s=gen,

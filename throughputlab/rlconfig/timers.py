@@ -25,24 +25,28 @@ TIMERS: dict[str, tuple[str, list[tuple[str, str]]]] = {
          "sync and offload's moves to the host: colocated, the optimizer to host, the engines' wake-up, the weight "
          "transfer, the model to host; separate GPUs, the weight broadcast alone (v0.4+: "
          "/transfer_and_update_weights is the transfer alone)"),
-        ("timing/train/logprob_inference_prep, training_prep", "offload's moves back: the model and optimizer to "
-         "the GPU"),
+        ("timing/train/logprob_inference_prep", "offload: the model to the GPU, the optimizer to the host (both "
+         "placements)"),
+        ("timing/train/training_prep", "offload: the model and optimizer to the GPU"),
         ("timing/train/policy_and_reference_logprobs", "logprob (both passes)"),
         ("timing/train/policy_training", "train"),
         ("timing/train/reward_calculation", "not the rewards: baselines and advantages only (v0.6+: "
          "advantage_calculation holds the advantages)"),
         ("timing/train/total_step_time", "the step, plus validation and checkpoints on the steps that run them"),
+        ("asynchronous GRPO (one-step-off, k steps off)", "other keys: exposed_generation (waiting for "
+         "trajectories), weight_sync (the refit), policy_and_reference_logprobs, policy_training; the rewards are "
+         "scored in the background collector, in no step timer"),
     ]),
     "verl": ("verl/trainer/ppo/ray_trainer.py and the workers' rollout and sharding managers, v0.5.0 to v0.7.0 "
              "and the commits after it", [
         ("timing_s/gen",
-         "gen and the engines' sleep; up to v0.7.0 also the weight sync and the wake-up (sync), after v0.7.0 not; "
-         "in the agent loop (v0.6+ async, v0.7 always) also the rewards per sample (not modelled)"),
-        ("timing_s/update_weights", "after v0.7.0: sync (the weight sync and the wake-up)"),
+         "gen and the engines' sleep; up to v0.7.0 also the weight sync, the wake-up and offload's moves (sync, "
+         "offload), after v0.7.0 not; in the agent loop (v0.6+ async, v0.7 on) also the rewards per sample"),
+        ("timing_s/update_weights", "after v0.7.0: sync (the weight sync and the wake-up) and offload's moves"),
         ("timing_s/reshard (v0.5 sync mode)", "the weight sync and wake-up inside timing_s/gen"),
         ("timing_s/generate_sequences (v0.5-v0.6 sync mode)", "gen alone"),
         ("timing_s/reward", "the rewards (reward; not priced for veRL's string-match scores); in the agent loop "
-         "only reading them"),
+         "only reading them; with launch_reward_fn_async only the launch (the wait lands in timing_s/adv)"),
         ("timing_s/old_log_prob, timing_s/ref", "logprob, with the offload reloads when param_offload is on"),
         ("timing_s/update_actor, timing_s/values, timing_s/update_critic", "train (actor; critic for PPO), "
          "with the offload reloads"),
@@ -51,7 +55,8 @@ TIMERS: dict[str, tuple[str, list[tuple[str, str]]]] = {
     "openrlhf": ("openrlhf/trainer/ppo_trainer.py, v0.9.6 to v0.11.0 and main (no phase times before v0.9.6)", [
         ("train/timing/generation", "gen, plus the rewards (reward function or remote reward model, not modelled) "
          "and, colocated, the engines' KV-cache wake-up and sleep"),
-        ("train/timing/make_experience", "logprob (actor and reference), the critic's values, advantages"),
+        ("train/timing/make_experience", "logprob (actor and reference), the critic's values, a reward model's "
+         "forward (not modelled), advantages"),
         ("train/timing/ppo_train", "train, with DeepSpeed's state reload and offload when colocated"),
         ("train/timing/broadcast", "sync (colocated: with the weights' wake-up)"),
         ("train/timing/step_total", "the sum of the four above in the synchronous trainer, not a wall time; the "
@@ -62,7 +67,7 @@ TIMERS: dict[str, tuple[str, list[tuple[str, str]]]] = {
         ("_move_model_to_vllm (v0.28+: sync_weights)", "sync (v0.28+: with the weights' wake-up)"),
         ("_calculate_rewards", "the rewards (not modelled)"),
         ("_get_per_token_logps(_and_entropies)", "logprob and the update's forward passes together"),
-        ("step_time (trainer_state.json)", "the step"),
+        ("step_time (trainer_state.json, where the version logs it)", "the step"),
     ]),
 }
 

@@ -219,11 +219,15 @@ def host_copy_s(bytes_per_gpu: float, gpus_copying: int = 1, host_bytes_per_s: f
 
 
 # Scoring a math response with math-verify (Hugging Face's Math-Verify: answer extraction, then sympy
-# equivalence), one process: veRL PR #1206 (Apr 2025) timed its naive reward manager at over 200 s for
-# 128 x 16 = 2,048 generations (about 0.1 s a response), and ~3 s once spread over Ray workers across nodes.
-# NeMo-RL's math environment scores with it by default (env.math.math_verify_impl: hf_math_verify) on
-# env.math.num_workers processes, each taking an equal chunk, after the engines finish.
-MATH_VERIFY_S = 0.1
+# equivalence), one process, as NeMo-RL's math environment calls it (env.math.math_verify_impl: hf_math_verify,
+# on env.math.num_workers processes, each taking an equal chunk after the engines finish):
+# benchmarks/math_verify_cost.py on a 2-core EPYC (reports/cpu-amd-epyc-2026-12-05/math_verify_cost.txt,
+# math-verify 0.9.0, synthetic step-by-step responses): mean 0.5-2.5 ms with a boxed answer, 4.0-6.7 ms without
+# one (every LaTeX span tried) at 200-3,000 tokens; 5 ms taken. Heavier workloads exist: veRL PR #1206 timed
+# its one-process reward manager at over 200 s for 2,048 math responses (about 0.1 s each; model and lengths
+# not stated); NeMo-RL's one-step-off 8B run (64.8 s a step, 2,048 responses, scored one at a time through one
+# worker as its asynchronous rollout reads before v0.7) bounds its own below about 30 ms.
+MATH_VERIFY_S = 0.005
 
 
 def reward_s(responses: int, per_response_s: float, workers: int = 1) -> float:
@@ -232,3 +236,10 @@ def reward_s(responses: int, per_response_s: float, workers: int = 1) -> float:
     if per_response_s <= 0 or responses <= 0:
         return 0.0
     return math.ceil(responses / max(workers, 1)) * per_response_s
+
+
+def rl_step_s(rollout_s: float, reward_s: float, learn_s: float, sync_s: float, overlapped: bool) -> float:
+    """One RL step from its phases (the rollout without scoring, scoring, log-probs + training + offload, the
+    weight sync): in sequence, or, with generation a step ahead of training, the slowest of the three stages
+    (generation on its GPUs, scoring on the host, learning on the training GPUs), plus the sync."""
+    return (max(rollout_s, reward_s, learn_s) if overlapped else rollout_s + reward_s + learn_s) + sync_s
