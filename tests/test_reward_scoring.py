@@ -75,3 +75,21 @@ def test_decide_config_prices_the_math_environment_and_says_so(q7_8xh100):
 def test_bad_reward_settings_are_one_line_errors(q7_8xh100, setting):
     r = run_cli("decide", "--profile", q7_8xh100, "--prompts", "32", "--set", setting)
     assert_user_error(r, setting.split("=")[0].split(".")[-1])
+
+
+def test_a_calibration_keeps_an_overlapped_steps_scoring(q7_8xh100):
+    from throughputlab.decide.against import calibrated_step
+    from throughputlab.decide.logcheck import Calibration
+
+    seen = []
+    shape = {**SHAPE, "reward": {"per_response_s": 0.5, "workers": 1}}  # 256 s of scoring: the longest stage
+    spec = DecideSpec.model_validate({"profile": q7_8xh100, "prompts": [32], "group": 16, "shape": shape,
+                                      "cluster": {"placement": "split", "gen_gpus": 4}})
+    decide_from_spec(spec, adjust_step=lambda steps, st: seen.append((steps, st)) or st)
+    steps, st = seen[0]
+    assert st.overlap == "off-policy" and st.step_s == pytest.approx(256 + st.sync_s)
+    same = calibrated_step(steps, st, Calibration(log="x", factors={}, uncalibrated={}))
+    assert same.step_s == pytest.approx(st.step_s)  # factors of 1 give the step back, scoring stage included
+    faster = calibrated_step(steps, st, Calibration(log="x", factors={"gen": 0.5, "update_actor": 0.5},
+                                                    uncalibrated={}))
+    assert faster.step_s == pytest.approx(st.step_s)  # the host's scoring still sets it
