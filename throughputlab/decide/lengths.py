@@ -77,10 +77,9 @@ class LengthDist(Record):
         if self.kind == "lognormal":
             return np.rint(np.exp(math.log(self.mean) - self.sigma ** 2 / 2 + self.sigma * ndtri(u)))
         if self.kind == "capped":
-            cap, clip, s = float(self.max_tokens), float(self.clip), float(self.sigma)
+            cap, clip, s, mu = self._cut_law()
             if clip >= 1:
                 return np.full(u.shape, cap)
-            mu = _truncated_mu((self.mean - clip * cap) / (1.0 - clip), s, cap)
             v = np.clip(u / (1.0 - clip), 1e-12, 1 - 1e-12) * ndtr((math.log(cap) - mu) / s)
             x = np.minimum(np.rint(np.exp(mu + s * ndtri(v))), cap - 1)
             return np.where(u > 1.0 - clip, cap, x)
@@ -91,15 +90,20 @@ class LengthDist(Record):
     def _capped(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """A share ``clip`` at the cap; the rest a lognormal of spread sigma cut below the cap (inverse CDF
         of the truncated law), its mu such that the overall mean is ``mean``."""
-        cap, clip, s = float(self.max_tokens), float(self.clip), float(self.sigma)
+        cap, clip, s, mu = self._cut_law()
         at_cap = rng.random(n) < clip
-        below = (self.mean - clip * cap) / (1.0 - clip) if clip < 1 else cap
-        mu = _truncated_mu(below, s, cap)
         z_cap = (math.log(cap) - mu) / s
         nd = NormalDist()
         v = rng.random(n) * nd.cdf(z_cap)
         x = np.exp(mu + s * np.array([nd.inv_cdf(min(max(u, 1e-12), 1 - 1e-12)) for u in v]))
         return np.where(at_cap, cap, np.minimum(np.rint(x), cap - 1))
+
+    def _cut_law(self) -> tuple[float, float, float, float]:
+        """capped: the cap, the share at it, sigma, and the mu of the lognormal below it whose mean makes the
+        overall mean ``mean``."""
+        cap, clip, s = float(self.max_tokens), float(self.clip), float(self.sigma)
+        below = (self.mean - clip * cap) / (1.0 - clip) if clip < 1 else cap
+        return cap, clip, s, _truncated_mu(below, s, cap)
 
     def longest(self) -> int:
         """The longest response the form allows (observed: the longest seen; lognormal without a
