@@ -206,6 +206,40 @@ def test_lengths_from_log_match_the_logged_clip_ratio_and_mean(tmp_path):
     assert x.mean() == pytest.approx(300, rel=0.01) and (x == 1024).mean() == pytest.approx(0.02, abs=0.002)
 
 
+def test_a_log_whose_responses_all_run_to_the_cap_gives_that_length(tmp_path):
+    # TRL with a model that never stops: every step's mean is its longest (one step with an early stop)
+    state = {"log_history": [{"step": i, "step_time": 5.0, "completions/mean_length": m, "completions/max_length": 32.0,
+                              "completions/min_length": lo, "completions/clipped_ratio": c}
+                             for i, (m, lo, c) in enumerate([(32.0, 32.0, 1.0)] * 4 + [(31.7, 15.0, 0.98)], 1)]}
+    log = tmp_path / "trainer_state.json"
+    log.write_text(json.dumps(state))
+    dist, why = lengths_from_log(load_run_log(log), responses=64)
+    assert dist == "fixed:len=32" and "= the longest" in why and "100% at the cut" in why
+    # a mean below the longest keeps a spread
+    state["log_history"][0]["completions/mean_length"] = 20.0
+    for h in state["log_history"]:
+        h["completions/mean_length"], h["completions/clipped_ratio"] = 20.0, 0.0
+    log.write_text(json.dumps(state))
+    assert lengths_from_log(load_run_log(log), responses=64)[0].startswith("lognormal:mean=20,")
+
+
+def test_a_run_config_beside_its_log_takes_the_logs_lengths(profile, tmp_path, capsys):
+    cfg = tmp_path / "grpo.yaml"
+    cfg.write_text("per_device_train_batch_size: 8\nnum_generations: 4\nnum_processes: 2\nmax_completion_length: 512\n"
+                   "gradient_checkpointing: false\n")
+    log = write_verl(tmp_path / "v.jsonl", {"gen": 10.0, "step": 20.0},
+                     extra={"response_length/mean": 180.0, "response_length/max": 400.0,
+                            "response_length/clip_ratio": 0.0})
+    args = ["--profile", profile, "--config", cfg, "--prompt-len", 128, "--against", log, "--log-prompts", 4]
+    code, out, err = decide_cli(args, capsys)
+    assert code == 0, err
+    assert "response lengths from the log" in out and f"(from run log {log}: per-step mean 180 tokens, max 400)" in out
+    # lengths the user gives still win over the log's, and then the config's listing does not claim the log's
+    code, out, err = decide_cli([*args, *DIST], capsys)
+    assert code == 0, err
+    assert "(from --response-dist" in out and "response lengths from the log" not in out
+
+
 def test_a_capped_form_keeps_the_mean_after_the_cut_where_a_lognormal_does_not():
     # a published run: mean 3,196 after a cut at 4,096 with 30% of responses at it
     capped = parse_length_dist("capped:mean=3196,clip=0.3,max=4096").sample(100_000, seed=2)

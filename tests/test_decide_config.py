@@ -139,9 +139,17 @@ def test_trl_defaults_and_a_missing_process_count(tmp_path):
     p = tmp_path / "grpo.yaml"
     p.write_text("per_device_train_batch_size: 8\nnum_generations: 8\nuse_vllm: true\nnum_processes: 4\n")
     rc = read_run_config(p)
-    # GRPOConfig's defaults: beta 0.0 (no reference model), vllm_mode server (the engine on GPUs of its own)
-    assert rc.reference is False and rc.placement == "split"
-    assert "TRL's default" in rc.knob("beta").note and "TRL's default" in rc.knob("vllm_mode").note
+    # GRPOConfig's defaults (TRL 1.x): beta 0.0 (no reference model), vllm_mode colocate (v1.0; server before),
+    # gradient checkpointing on (v0.22), bf16 unless fp16
+    assert rc.reference is False and rc.placement == "colocated"
+    assert rc.activation_checkpointing == "full" and rc.train_dtype == "bf16"
+    for key in ("beta", "vllm_mode", "gradient_checkpointing", "bf16"):
+        assert "TRL's default" in rc.knob(key).note, key
+    assert "'server' before" in rc.knob("vllm_mode").note and "v0.22" in rc.knob("gradient_checkpointing").note
+    p.write_text("per_device_train_batch_size: 8\nnum_generations: 8\nuse_vllm: true\nnum_processes: 4\n"
+                 "vllm_mode: server\ngradient_checkpointing: false\nfp16: true\n")
+    rc = read_run_config(p)
+    assert rc.placement == "split" and rc.activation_checkpointing == "none" and rc.train_dtype == "fp16"
     p.write_text("per_device_train_batch_size: 8\nnum_generations: 8\nuse_vllm: true\n")
     with pytest.raises(UserError, match=r"grpo.yaml: num_processes: not set"):
         read_run_config(p)
@@ -213,6 +221,7 @@ def test_review_cases_a_comment_naming_grpoconfig_a_placement_flag_over_nemo_off
                       tmp_path=tmp_path)
     assert "host offload" not in text and d["rows"][0]["step"]["placement"].startswith("split")
     server = tmp_path / "server.yaml"
-    server.write_text("per_device_train_batch_size: 8\nnum_generations: 8\nuse_vllm: true\nnum_processes: 8\n")
+    server.write_text("per_device_train_batch_size: 8\nnum_generations: 8\nuse_vllm: true\nvllm_mode: server\n"
+                      "num_processes: 8\n")
     data, _, missing = decide_data(read_run_config(server))
     assert "gpus" not in data.get("cluster", {}) and any("vllm_mode server" in m for m in missing)

@@ -14,8 +14,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "benchmarks" / "data" / "rl_runs"
-GRPO = "verl_qwen2.5-0.5b-instruct_grpo_8gpu_a100-colocated"
-PPO = "verl_qwen2.5-0.5b-instruct_ppo_8gpu_a100-colocated"
+GRPO = "verl_qwen2.5-0.5b-instruct_grpo_8gpu_h100-colocated"
+PPO = "verl_qwen2.5-0.5b-instruct_ppo_8gpu_h100-colocated"
 NEMO = "nemo-rl_llama3.1-8b-instruct_grpo_8gpu_gb200-colocated"
 
 

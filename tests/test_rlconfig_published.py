@@ -86,12 +86,12 @@ def test_cluster_and_placement_agree_with_the_run_folder(run):
 
 # Values checked by eye against each file (the run's config and its parents).
 EXPECTED = {
-    "verl_qwen2.5-0.5b-instruct_grpo_8gpu_a100-colocated/config.yaml": dict(
+    "verl_qwen2.5-0.5b-instruct_grpo_8gpu_h100-colocated/config.yaml": dict(
         prompts_per_step=256, responses_per_prompt=2, prompt_tokens_max=512, response_tokens_max=192, rollout_tp=1,
         gpu_memory_utilization=0.6, enforce_eager=True, max_num_batched_tokens=8192, train_mini_batch_sequences=128,
         dynamic_batch=True, token_budget_per_gpu=8000, micro_batch_sequences_per_gpu=None, remove_padding=True,
         activation_checkpointing="full", reference=True, kl=0.001, critic=False, placement="colocated"),
-    "verl_qwen2.5-0.5b-instruct_ppo_8gpu_a100-colocated/config.yaml": dict(
+    "verl_qwen2.5-0.5b-instruct_ppo_8gpu_h100-colocated/config.yaml": dict(
         prompts_per_step=2048, responses_per_prompt=1, train_mini_batch_sequences=512, micro_batch_sequences_per_gpu=4,
         dynamic_batch=False, logprob_micro_batch_sequences_per_gpu=8, ref_micro_batch_sequences_per_gpu=None,
         critic=True, critic_micro_batch_sequences_per_gpu=4, reference=False, remove_padding=False),

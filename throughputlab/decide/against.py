@@ -63,6 +63,10 @@ def lengths_from_log(rl: RunLog, responses: int) -> tuple[str, str]:
     extra = rl.extra_summary()
     m, top, clip = mean.median, extra.get("response_length_max"), extra.get("clip_ratio")
     seen = f"per-step mean {m:.4g} tokens"
+    if top is not None and top.max - m < 1:  # the typical step's mean is its longest: (nearly) every response at it
+        n = max(int(round(top.max)), 1)
+        at_cut = f", {clip.median:.0%} at the cut" if clip is not None and clip.median > 0 else ""
+        return f"fixed:len={n}", f"run log {rl.path}: per-step mean {m:.4g} tokens = the longest, {n}{at_cut}"
     if top is None or top.max <= m:
         return f"lognormal:mean={m:.6g},sigma=0.6", f"run log {rl.path}: {seen}, no max logged (sigma 0.6)"
     cut = int(round(top.max))

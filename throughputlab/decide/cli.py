@@ -197,7 +197,7 @@ def decide(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, 
     from throughputlab.settings.options import print_spec as echo_spec
 
     logs = {k: flags.pop(k) for k in LOG_FLAGS}
-    base, config_record, config_text = None, None, None
+    base, config_record, config_text, lengths_line = None, None, None, None
     if config_file:
         from throughputlab.decide import runconfig
 
@@ -206,6 +206,8 @@ def decide(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, 
         if "placement" in typed:  # the flag's placement replaces the config's, with its knobs
             runconfig.drop_placement(base, config_record)
             lines.append(f"  --placement {flags['placement']} replaces the config's placement and its GPU split")
+        log_option = "--calibrate-from" if logs.get("calibrate_from") else "--against" if logs.get("against") else None
+        lengths_line = runconfig.lengths_from_logs(base, log_option) if log_option else None
         if "group" in typed and config_record["framework"] == "verl":
             lines += [x for x in [runconfig.regroup(base, flags["group"])] if x]
         lines += runconfig.overridden_lines(base, {flag_names(ctx)[k]: (DECIDE_FLAGS[k], v) for k, v in typed.items()
@@ -214,6 +216,8 @@ def decide(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, 
     elif config_sets or framework:
         raise UserError("--config-set and --framework go with --config FILE (the run's launch config)")
     spec = build_spec(spec_file, base, set_items, flag_names(ctx), **given(ctx, flags))
+    if config_text and lengths_line and "response" not in spec.shape.model_fields_set:
+        config_text += lengths_line + "\n"
     if print_spec:
         if config_text:
             click.echo(config_text, err=True)  # stdout is the spec file

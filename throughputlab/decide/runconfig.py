@@ -229,6 +229,17 @@ def drop_placement(data: dict, record: dict) -> None:
             shape.get("train", {}).pop(key, None)
 
 
+def lengths_from_logs(data: dict, option: str) -> Optional[str]:
+    """A run log beside the config: the config holds no response lengths (the half-cap mean is an assumption),
+    so drop it and let the log's lengths stand; the line saying so, or None where there was none."""
+    shape = data.get("shape", {})
+    if "dist" not in shape.get("response", {}):
+        return None
+    shape.pop("response")
+    return (f"  {option} LOG: response lengths from the log (its mean, longest and clip ratio), not the half-cap "
+            "mean assumed above")
+
+
 def regroup(data: dict, group: int) -> Optional[str]:
     """veRL counts ppo_mini_batch_size in prompts: with --group G over the config's n, the mini-batch in sequences
     follows G (the line saying so), where the config gave both."""

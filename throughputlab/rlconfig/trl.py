@@ -68,10 +68,17 @@ def read(ctx: Ctx) -> None:
         ctx.note("beta", 0.0, "reference = False; not set: TRL's default 0.0 (GRPOConfig), no reference model")
     ctx.set("reference", (beta or 0.0) != 0, "beta")
     gc = ctx.bool("gradient_checkpointing", note="activation checkpointing of every layer")
-    ctx.set("activation_checkpointing", None if gc is None else ("full" if gc else "none"), "gradient_checkpointing")
+    if gc is None:  # GRPOConfig's default since v0.22
+        gc = True
+        ctx.note("gradient_checkpointing", True, "activation_checkpointing = 'full'; not set: TRL's default True "
+                 "(GRPOConfig, v0.22 and later; False before: set it to say which)")
+    ctx.set("activation_checkpointing", "full" if gc else "none", "gradient_checkpointing")
     for key, dtype in (("bf16", "bf16"), ("fp16", "fp16")):
         if ctx.bool(key, note=f"{dtype} training"):
             ctx.set("train_dtype", dtype, key)
+    if not ctx.stated("bf16") and "train_dtype" not in ctx.fields:  # GRPOConfig: bf16 = not fp16 when unset
+        ctx.note("bf16", True, "train_dtype = 'bf16'; not set: TRL's default, bf16 unless fp16 is set (GRPOConfig)")
+        ctx.set("train_dtype", "bf16")
     if ctx.bool("use_peft", note="LoRA adapters"):
         ctx.int("lora_r", "lora_rank")
     ctx.set("critic", False)
@@ -94,10 +101,10 @@ def _generation(ctx: Ctx) -> None:
         return
     if vllm:
         ctx.set("rollout_engine", "vllm", "use_vllm")
-    if vllm and mode is None:  # GRPOConfig's default vllm_mode
-        mode = "server"
-        ctx.note("vllm_mode", mode, "placement = 'split'; not set: TRL's default 'server' (GRPOConfig), the engine "
-                 "on GPUs of its own")
+    if vllm and mode is None:  # GRPOConfig's default vllm_mode: 'colocate' from v1.0, 'server' before
+        mode = "colocate"
+        ctx.note("vllm_mode", mode, "placement = 'colocated'; not set: TRL's default 'colocate' (GRPOConfig, v1.0 and "
+                 "later; 'server' before, the engine on GPUs of its own: set it to say which)")
     if mode == "server":
         ctx.set("placement", "split", "vllm_mode")
         ctx.set("off_policy_steps", 0, "vllm_mode")
