@@ -13,7 +13,7 @@ PKG = Path(__file__).resolve().parent.parent / "throughputlab"
 # Modules that import nothing of throughputlab but one another: what records/ may import
 # (records.base, the records' base class, is one: ModelSpec, a stored record too, stands on it).
 LEAVES = {"throughputlab", "throughputlab.errors", "throughputlab.files", "throughputlab.models",
-          "throughputlab.models.spec", "throughputlab.records", "throughputlab.records.base"}
+          "throughputlab.models.spec", "throughputlab.models.quant", "throughputlab.records", "throughputlab.records.base"}
 COMMAND_ENTRY = {"throughputlab.cli", "throughputlab.__main__"}
 NO_ENGINES = ("fit", "report", "decide", "roofline", "records")
 ENGINES = {"torch", "vllm"}

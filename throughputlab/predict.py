@@ -25,6 +25,7 @@ from throughputlab.fit.knees import generation_knee_statement, knee_statement
 from throughputlab.fit.load import load_or_fit
 from throughputlab.fit.mbu import utilisation
 from throughputlab.fit.schema import FitResult
+from throughputlab.models.quant import checkpoint_lines
 from throughputlab.models.spec import ModelSpec, dtype_bytes
 from throughputlab.predict_engine import EngineOptions, check_parts, engine_lines, resolve, size_kv
 from throughputlab.records.base import now_iso
@@ -299,6 +300,9 @@ def predict_analytic(spec: ModelSpec, gpu: str, *, dtype: str = "bfloat16", cali
     ``engine``: the generation engine's settings (its KV rule, caps and fixed costs)."""
     spec = spec.with_rope_scaling(engine.check().rope_scaling)
     _check_lists(concurrency, micro_batches, prompt_len, output_len, seq_len)
+    quant_lines = checkpoint_lines(spec, dtype, dtype_bytes(dtype))
+    if spec.quantization == "fp8":  # engines run a quantized checkpoint as it is stored
+        dtype = "fp8"
     ds = lookup(gpu)  # the defaults are its device family's (calibration.efficiencies_for)
     eff = calibration_from(calibrate) if calibrate is not None else \
         efficiencies_for(ds.device, engine.engine) if ds is not None else DEFAULT_EFFICIENCIES
@@ -319,7 +323,8 @@ def predict_analytic(spec: ModelSpec, gpu: str, *, dtype: str = "bfloat16", cali
         model.train_spread = published_spread("training", family, 1)
     mfu, mfu_source = train_mfu(hw.device_name, dtype, eff, model.costs)
     exposed, exposed_source = fsdp_exposed(layout.nodes, eff)
-    assumptions = eff.describe() + engine_lines(model.engine, model.kv_cache_tokens, kv_seqs, prompt_len, output_len) + [
+    assumptions = quant_lines + eff.describe() + engine_lines(model.engine, model.kv_cache_tokens, kv_seqs, prompt_len,
+                                                              output_len) + [
         "generation: an engine runs min(concurrency, KV-cache sequences, max_num_seqs) at once and queues the rest",
         f"training FLOP/s: {mfu:.0%} of the {dtype} peak; {mfu_source}",
         f"training activation checkpointing: {mode} (" + {

@@ -16,6 +16,7 @@ from typing import Any, Optional
 import numpy as np
 
 from throughputlab.errors import UserError
+from throughputlab.models import quant
 from throughputlab.records.base import Record
 
 DTYPE_BYTES = {"float32": 4, "fp32": 4, "float16": 2, "fp16": 2, "bfloat16": 2, "bf16": 2, "fp8": 1, "int8": 1}
@@ -84,6 +85,12 @@ class ModelSpec(Record):
     params_active: int
     params_embedding: int  # input embedding matrix
     params_lm_head: int  # the output projection's matrix (the embedding itself when tied)
+    # a quantized checkpoint (its config's quantization_config): the weights' format, and the linear layers it
+    # leaves at 16 bits besides the embedding and the LM head (models/quant.py), read per token and held
+    quantization: Optional[str] = None
+    params_16bit_active: int = 0
+    params_16bit_total: int = 0
+    params_16bit_what: str = ""
     config: dict[str, Any] = {}
 
     @property
@@ -268,12 +275,41 @@ def spec_from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
     embed = vocab * h
     lm_head = vocab * h
     head_extra = h + (0 if tied else lm_head)  # final norm, separate output matrix
+    kept = quant.unquantized(_modules(cfg, layers, h, heads, kv_heads, head_dim, inter, mlp_mats, mla, moe,
+                                      moe_layer_ids if moe else []), cfg)
     return ModelSpec(
         name=name, source=source, model_type=model_type, hidden_size=h, num_layers=layers, num_heads=heads,
         num_kv_heads=kv_heads, head_dim=head_dim, intermediate_size=inter, vocab_size=vocab,
         tie_word_embeddings=tied, max_position_embeddings=cfg.get("max_position_embeddings"), moe=moe,
         kv_values_per_layer=kv_values, qk_head_dim=qk_dim,
         params_total=embed + layers_total + head_extra, params_active=embed + layers_active + head_extra,
-        params_embedding=embed, params_lm_head=lm_head,
+        params_embedding=embed, params_lm_head=lm_head, quantization=quant.quant_method(cfg),
+        params_16bit_active=kept.active, params_16bit_total=kept.total, params_16bit_what=kept.what,
         config={k: v for k, v in cfg.items() if not k.startswith("_")},
     )
+
+
+def _modules(cfg, layers, h, heads, kv_heads, head_dim, inter, mlp_mats, mla, moe, moe_layer_ids) -> list[quant.Module]:
+    """Every linear layer of the decoder as a checkpoint names it (Llama/Qwen names), with its parameters:
+    what a quantization_config's skip list is matched against."""
+    if not (cfg.get("quantization_config") or {}):
+        return []
+    M = quant.Module
+    mlp_names = ("gate_proj", "up_proj", "down_proj") if mlp_mats == 3 else ("up_proj", "down_proj")
+    out = []
+    for i in range(layers):
+        a = f"model.layers.{i}.self_attn"
+        if mla is not None:
+            out.append(M(a, mla[0], mla[0]))
+        else:
+            q, kv = h * heads * head_dim, h * kv_heads * head_dim
+            out += [M(f"{a}.q_proj", q, q), M(f"{a}.k_proj", kv, kv), M(f"{a}.v_proj", kv, kv), M(f"{a}.o_proj", q, q)]
+        m = f"model.layers.{i}.mlp"
+        if moe is not None and i in moe_layer_ids:
+            out += [M(f"{m}.gate", moe.router_params, moe.router_params),
+                    M(f"{m}.experts", moe.top_k * moe.expert_params, moe.num_experts * moe.expert_params)]
+            if moe.shared_expert_params:
+                out.append(M(f"{m}.shared_expert", moe.shared_expert_params, moe.shared_expert_params))
+        else:
+            out += [M(f"{m}.{n}", h * inter, h * inter) for n in mlp_names]
+    return out

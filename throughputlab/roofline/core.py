@@ -44,12 +44,14 @@ class Costs(BaseModel):
         """The constants at ``bytes_per_param``; ``kv_value_bytes``: bytes per cached K/V value (default:
         16-bit activations for 8-bit weights, vLLM's --kv-cache-dtype auto). 8-bit weights keep the
         input embedding and the LM head at 16 bits (vLLM's Fp8Config quantizes linear layers only;
-        ModelOpt and llm-compressor FP8 checkpoints leave lm_head unquantized)."""
+        ModelOpt and llm-compressor FP8 checkpoints leave lm_head unquantized), and so do the linear layers a
+        quantized checkpoint's own config leaves unquantized (``spec.params_16bit_*``, models/quant.py)."""
         moe = spec.moe
         kv = kv_value_bytes if kv_value_bytes is not None else max(bytes_per_param, 2)
         wide = 2 - bytes_per_param if bytes_per_param < 2 else 0  # extra bytes of the 16-bit embedding/head
-        head = spec.params_lm_head * wide
-        extra_total = spec.params_embedding * wide + (0 if spec.tie_word_embeddings else head)
+        head = (spec.params_lm_head + spec.params_16bit_active) * wide
+        extra_total = (spec.params_embedding + spec.params_16bit_total) * wide \
+            + (0 if spec.tie_word_embeddings else spec.params_lm_head * wide)
         width = float(spec.intermediate_size)
         if moe:
             width = (moe.top_k * moe.expert_params + moe.shared_expert_params) / (3 * spec.hidden_size)
