@@ -58,6 +58,7 @@ MODELS = {
     "llama3.1-70b": ("llama3.1-70b", ""),
     "llama2-7b": ("llama2-7b", "the source says '7B' only; LLaMA-2 7B assumed"),
     "qwen2.5-0.5b-instruct": ("qwen2.5-0.5b", ""),
+    "qwen2-7b-instruct": ("qwen2.5-7b", "Qwen2-7B-Instruct's config (printed in the log) has the preset's architecture"),
     "qwen2.5-7b-instruct-retool-sft": ("qwen2.5-7b", "an SFT of Qwen2.5-7B-Instruct: the preset's architecture"),
     "qwen2.5-math-7b": ("qwen2.5-math-7b", ""),
     "qwen3-30b-a3b": ("qwen3-30b-a3b", ""),

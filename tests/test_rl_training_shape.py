@@ -65,6 +65,15 @@ def test_a_token_budget_sets_the_micro_batch_from_this_steps_lengths():
     assert st.train_s == pytest.approx(fixed.train_s) and st.logprob_s == pytest.approx(fixed.logprob_s)
 
 
+def test_a_token_budget_counts_the_real_tokens_of_a_padded_pass():
+    # veRL's dynamic batching splits by the attention mask: 960 tokens hold 10 sequences of 96 real tokens,
+    # each computed at the padded 512
+    st = StepModel(model(), shape(token_budget=960, padded_seq_len=512)).step(8, 2)
+    assert st.seq_len_mean == 512 and st.real_len_mean == pytest.approx(96.0) and st.micro_batch == 10
+    packed = StepModel(model(), shape(token_budget=960)).step(8, 2)
+    assert packed.micro_batch == 10 and st.train_s > 4 * packed.train_s
+
+
 def test_launches_are_paid_per_micro_batch_by_analytic_profiles_only():
     one, many = (StepModel(model(), shape(micro_batch=mb)).step(8, 2) for mb in (12, 1))
     f_one, f_many = (StepModel(model("fit"), shape(micro_batch=mb)).step(8, 2) for mb in (12, 1))
@@ -105,6 +114,29 @@ def test_decide_reads_padding_and_token_budgets_from_a_verl_config(tmp_path):
         "actor_rollout_ref.actor.use_dynamic_bsz=True", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=8000")))
     assert "padded_seq_len" not in packed["shape"]["train"]
     assert packed["shape"]["train"]["token_budget"] == 8000 and "micro_batch" not in packed["shape"]["train"]
+
+
+def test_a_critic_without_remove_padding_is_padded_while_the_actor_packs(tmp_path):
+    # veRL PPO: the actor packs its sequences, the critic (critic.model.use_remove_padding, default False) pads
+    ppo = ("algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=4")
+    rc = read_run_config(_verl(tmp_path, use_remove_padding=True), ppo)
+    assert rc.remove_padding is True and rc.critic_remove_padding is False
+    assert "veRL's default False" in rc.knob("critic.model.use_remove_padding").note
+    data, _, _ = runconfig.decide_data(rc)
+    assert "padded_seq_len" not in data["shape"]["train"] and data["shape"]["critic"]["padded_seq_len"] == 512 + 256
+    both, _, _ = runconfig.decide_data(read_run_config(_verl(tmp_path, use_remove_padding=True),
+                                                       (*ppo, "critic.model.use_remove_padding=True")))
+    assert "padded_seq_len" not in both["shape"].get("critic", {})
+    # the step: the critic's passes at the padded length, the actor's at the real one
+    base = dict(prompt_len=64, response={"dist": "fixed:len=32"}, algo="ppo", train=dict(micro_batch=4))
+    packed = StepModel(model(), RLShape.model_validate(base)).step(8, 2)
+    padded = StepModel(model(), RLShape.model_validate({**base, "critic": {"padded_seq_len": 512}})).step(8, 2)
+    assert padded.train_s == pytest.approx(packed.train_s) and padded.critic_s > 4 * packed.critic_s
+    # a critic packed where the policy pads (0) is computed at the real length
+    pol = dict(micro_batch=4, padded_seq_len=512)
+    own = StepModel(model(), RLShape.model_validate({**base, "train": pol, "critic": {"padded_seq_len": 0}})).step(8, 2)
+    same = StepModel(model(), RLShape.model_validate({**base, "train": pol})).step(8, 2)
+    assert own.critic_s == pytest.approx(packed.critic_s) and same.critic_s > 4 * own.critic_s
 
 
 def test_split_training_devices_span_the_fewest_whole_nodes():

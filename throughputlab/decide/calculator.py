@@ -27,9 +27,9 @@ from throughputlab.decide.cluster import (
 from throughputlab.decide.curves import CurvesResult, CurvesSpec, Direction, NStarParam, load_curves, parse_nstar
 from throughputlab.decide.decision import Decision, Recommendation, Row, SampleUnit
 from throughputlab.decide.devices import gpus_per_node_limit, host_link_rate, link_domain
-from throughputlab.decide.notes import context_note, kv_limited_note, partial_notes, profile_notes
+from throughputlab.decide.notes import context_note, kv_limited_note, overlap_note, partial_notes, profile_notes
 from throughputlab.decide.rollout import EngineCaps
-from throughputlab.decide.steptime import DEFAULT_MAX_NUM_SEQS, RLShape, StepModel, critic_costs_for, overlap_note
+from throughputlab.decide.steptime import DEFAULT_MAX_NUM_SEQS, RLShape, StepModel, critic_costs_for
 from throughputlab.errors import UserError
 from throughputlab.records.base import SettingsRecord
 from throughputlab.throughput import ThroughputModel

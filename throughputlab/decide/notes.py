@@ -70,3 +70,12 @@ def profile_notes(prof, fit) -> list[str]:
             "floor: generation at higher concurrency is predicted no faster than that floor allows, which favours "
             "smaller batches; measure at higher concurrency (`throughputlab bench --resume -c LIST -o PROFILE` adds "
             "the points)"]
+
+
+def overlap_note(overlap: str) -> str:
+    return {
+        "colocated": "colocated: generation, log-probs, training and weight sync run in sequence on the same devices",
+        "separate": "separate devices: phases still in sequence (on-policy), weights synced across the link",
+        "off-policy": "one-step off-policy: the next batch generates while this one trains, "
+                      "t_step = max(t_gen, t_logprob + t_train) + t_sync",
+    }[overlap]

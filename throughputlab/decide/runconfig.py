@@ -62,6 +62,11 @@ def decide_data(rc: RunConfig) -> tuple[dict[str, Any], list[str], list[str]]:
             "filled up to it)")
         put("shape.train.logprob_token_budget", rc.logprob_token_budget_per_gpu,
             "tokens per GPU per log-prob micro-batch")
+    if rc.critic and rc.framework == "verl" and rc.critic_remove_padding is not None \
+            and rc.critic_remove_padding != rc.remove_padding:
+        cpad = padded_seq_len(rc.model_copy(update={"remove_padding": rc.critic_remove_padding}))
+        put("shape.critic.padded_seq_len", cpad or 0, "critic remove_padding " + ("on: its passes packed" if not cpad
+            else "off: every critic pass at prompt cap + response cap tokens"))
     if rc.critic and rc.critic_token_budget_per_gpu:
         put("shape.critic.token_budget", rc.critic_token_budget_per_gpu, "tokens per GPU per critic micro-batch")
     elif rc.critic:

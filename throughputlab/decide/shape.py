@@ -77,6 +77,9 @@ class CriticShape(_Spec):
     model: str = "same"  # "same" as the policy, or a preset / model folder / hub id
     micro_batch: Optional[int] = None
     token_budget: Optional[int] = Field(None, gt=0)  # tokens per GPU per micro-batch (dynamic batching)
+    # every critic pass padded to this many tokens (veRL's critic without remove-padding); 0: packed; None: as the
+    # policy's passes (shape.train.padded_seq_len)
+    padded_seq_len: Optional[int] = Field(None, ge=0)
 
 
 class SyncShape(_Spec):

@@ -67,7 +67,9 @@ class StepTime(BaseModel):
     reward_s: float = 0.0  # scoring the responses on the host: inside gen_s, or its own stage when overlapped
     micro_batch: int
     optimizer_steps: int
-    seq_len_mean: float
+    seq_len_mean: float  # tokens a training pass computes per sequence (padded passes: the padded length)
+    real_len_mean: Optional[float] = None  # prompt plus mean response: what token budgets count (veRL: the mask)
+    critic_seq_len_mean: Optional[float] = None  # the critic's, where its padding differs from the policy's
     rollout: RolloutResult  # the slowest engine's
     placement: Optional[str] = None
     engines: int = 1
@@ -225,10 +227,11 @@ class StepModel:
     def _critic_micro(self, seq_len: float) -> int:
         return self._micro((self.shape.critic or CriticShape()).token_budget, seq_len, self.critic_micro_batch)
 
-    def critic_forward_s(self, per_device: int, seq_len: float) -> float:
-        """The critic's value pass over ``per_device`` sequences of ``seq_len`` tokens (PPO)."""
+    def critic_forward_s(self, per_device: int, seq_len: float, real_len: Optional[float] = None) -> float:
+        """The critic's value pass over ``per_device`` sequences of ``seq_len`` tokens (PPO); a token budget fills
+        its micro-batches by ``real_len`` (the unpadded length, veRL's attention-mask count)."""
         assert self.critic_model is not None
-        return self._forward_s(self.critic_model, per_device, self._critic_micro(seq_len), seq_len)
+        return self._forward_s(self.critic_model, per_device, self._critic_micro(real_len or seq_len), seq_len)
 
     def _update_s(self, model: ThroughputModel, n: int, seq_len: float, mb: int, param_scale: float,
                   devices: int = 1) -> tuple[float, int]:
@@ -339,23 +342,27 @@ class StepModel:
         roll = max(rolls, key=lambda r: r.wall_s)
         gen_mean = float(np.mean([r.wall_s for r in rolls]))
         tr = self.shape.train
-        # a padded pass computes every sequence at the padded length; a packed one at its own
-        seq = max(p + float(np.mean(lengths)), float(tr.padded_seq_len or 0))
+        # a padded pass computes every sequence at the padded length, a packed one at its own; a token budget
+        # counts the real tokens either way (veRL splits dynamic micro-batches by the attention mask)
+        real = p + float(np.mean(lengths))
+        seq = max(real, float(tr.padded_seq_len or 0))
         tm = self.train_model
         gpus = pl.train_gpus if pl is not None else 1
         dev = self.layout.dp if self.layout is not None else gpus  # Megatron: sequences per model replica
         per_dev = -(-n // dev)
         passes = int(tr.old_logprob) + int(tr.ref_logprob)
-        mb = self._micro(tr.token_budget, seq, self.micro_batch)
-        lmb = self._micro(tr.logprob_token_budget, seq, self.logprob_micro_batch)
+        mb = self._micro(tr.token_budget, real, self.micro_batch)
+        lmb = self._micro(tr.logprob_token_budget, real, self.logprob_micro_batch)
         logprob = passes * self._forward_s(tm, per_dev, lmb, seq)
         train, opt_steps = self._update_s(tm, n, seq, mb, 1.0, dev)
         critic = 0.0
         if self.critic_model is not None:
             cm = self.critic_model
             scale = rf.all_weight_bytes(cm.costs) / rf.all_weight_bytes(tm.costs)
-            critic = self.critic_forward_s(per_dev, seq)
-            critic += self._update_s(cm, n, seq, self._critic_micro(seq), scale, dev)[0]
+            cpad = (self.shape.critic or CriticShape()).padded_seq_len
+            cseq = seq if cpad is None else max(real, float(cpad))  # its own padding
+            critic = self.critic_forward_s(per_dev, cseq, real)
+            critic += self._update_s(cm, n, cseq, self._critic_micro(real), scale, dev)[0]
         learn = logprob + train + critic + self.offload_s
         reward, overlapped = rf_rl.reward_s(n, self.shape.reward.per_response_s, self.shape.reward.workers), self.overlapped
         gen = roll.wall_s + (0.0 if overlapped else reward)  # overlapped: scoring is a stage of its own, on the host
@@ -365,7 +372,8 @@ class StepModel:
                         overlap="off-policy" if overlapped else self.shape.overlap, gen_s=gen,
                         logprob_s=logprob, train_s=train, critic_s=critic, sync_s=self.sync_s, step_s=total,
                         offload_s=self.offload_s, reward_s=reward,
-                        micro_batch=mb, optimizer_steps=opt_steps, seq_len_mean=seq, rollout=roll,
+                        micro_batch=mb, optimizer_steps=opt_steps, seq_len_mean=seq, real_len_mean=real,
+                        critic_seq_len_mean=cseq if self.critic_model is not None else None, rollout=roll,
                         placement=pl.label if pl is not None else None, engines=len(counts), engine_prompts=counts,
                         gen_engine_mean_s=gen_mean, train_devices=gpus, idle_share=idle, prefix_sharing=share > 1,
                         off_policy_steps=self.slack_steps)
@@ -406,12 +414,3 @@ def backend_train_model(model: ThroughputModel, backend: str, device: Optional[s
     note = (f"Megatron training at {phi / peak:.0%} of the {ds.device} {dtype} peak, {phi / 1e12:.0f} TFLOP/s ({source}"
             + (f"; x {moe:.2f} for a mixture of experts" if moe < 1 else "") + ")")
     return model.model_copy(update={"train": t.model_copy(update={"phi_flops_per_s": phi})}), note
-
-
-def overlap_note(overlap: str) -> str:
-    return {
-        "colocated": "colocated: generation, log-probs, training and weight sync run in sequence on the same devices",
-        "separate": "separate devices: phases still in sequence (on-policy), weights synced across the link",
-        "off-policy": "one-step off-policy: the next batch generates while this one trains, "
-                      "t_step = max(t_gen, t_logprob + t_train) + t_sync",
-    }[overlap]

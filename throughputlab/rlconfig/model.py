@@ -78,6 +78,7 @@ class RunConfig(BaseModel):
     train_ep: Optional[int] = None
     sequence_parallel: Optional[int] = None  # GPUs one sequence is split over (Ulysses / context parallel)
     remove_padding: Optional[bool] = None  # sequences packed without padding
+    critic_remove_padding: Optional[bool] = None  # the critic's own (veRL: critic.model.use_remove_padding)
     dynamic_batch: Optional[bool] = None  # micro-batches filled up to token_budget_per_gpu
     token_budget_per_gpu: Optional[int] = None
     param_offload: Optional[bool] = None  # parameters leave the GPU between phases

@@ -210,7 +210,8 @@ def _actor(ctx: Ctx) -> None:
 # veRL's defaults for keys a config may leave out, as ppo_trainer.yaml sets them (actor_rollout_ref.model at
 # volcengine/verl 008db45; verl/trainer/config/model/hf_model.yaml at 17aa18c keeps both): gradient
 # checkpointing on, remove-padding off. Both act on the Hugging Face model definition, so FSDP only.
-DEFAULTS = {f"{M}.enable_gradient_checkpointing": True, f"{M}.use_remove_padding": False}
+DEFAULTS = {f"{M}.enable_gradient_checkpointing": True, f"{M}.use_remove_padding": False,
+            "critic.model.use_remove_padding": False}
 # The rest of veRL's defaults that change a step (ppo_trainer.yaml; docs/examples/config.rst, "Config
 # Explanation"): 1024 prompts a step, prompt and response caps of 512, one response per prompt, and no KL
 # term (actor.use_kl_loss and algorithm.use_kl_in_reward both false: no reference model).
@@ -279,7 +280,11 @@ def _kl_and_roles(ctx: Ctx) -> None:
         ctx.ignore("critic", f"no critic: adv_estimator is {adv}")
     else:
         ctx.str("critic.model.path", "critic_model")
-        ctx.str("critic.strategy", note="critic trainer", choices=STRATEGIES)
+        strategy = ctx.str("critic.strategy", note="critic trainer", choices=STRATEGIES)
+        pad = ctx.bool("critic.model.use_remove_padding", "critic_remove_padding",
+                       note="the critic's passes packed (true) or padded to prompt cap + response cap (false)")
+        if strategy != "megatron":
+            _default(ctx, "critic.model.use_remove_padding", pad, False, "critic_remove_padding")
         _micro(ctx, "critic", "", "critic_micro_batch_sequences_per_gpu", "critic_token_budget_per_gpu",
                _dp(ctx, "critic.ulysses_sequence_parallel_size"), "critic update")
     ctx.bool("reward_model.enable", "reward_model")

@@ -43,6 +43,8 @@ RULES: list[tuple[tuple[str, ...], str]] = [
       "*.model.trust_remote_code", "*.model.hf_config_path", "*.model.tokenizer_chat_template"),
      "data paths, fields and tokenizer"),
     (("*.model.external_lib",), "an extra Python module to import: not a setting"),
+    (("actor_rollout_ref.model.dtype",), "not read by veRL's FSDP workers (they take fsdp_config.model_dtype); "
+                                         "launch scripts add it with +: the rollout's dtype is rollout.dtype"),
     (("*.model.override_config",), "model config overrides (e.g. max_position_embeddings): the step's work "
                                    "comes from the model and the lengths"),
     (("data.gen_batch_size", "algorithm.filter_groups", "data.filter_accuracy", "data.accuracy_lower_bound",
