@@ -305,3 +305,26 @@ def test_async_scheduling_is_a_predict_setting_and_a_bad_value_is_one_line():
     assert r.exit_code == 0 and "; async scheduling" in r.output
     refused("predict", "--model", "llama3.1-8b", "--gpu", "h100", "--set", "engine.async_scheduling=maybe",
             fragments=("engine.async_scheduling",))
+
+
+def test_multi_step_scheduling_pays_the_v0_host_time_once_per_n_steps():
+    """vLLM 0.6-0.7's --num-scheduler-steps N: the V0 engine's host round (and its per-sequence part) once per N
+    decode steps (RFC vllm-project/vllm#6854); refused where there is no V0 engine or N is not positive."""
+    from conftest import refused
+
+    assert rf.engine_version_step_s("vllm", "0.6.0", 8) == pytest.approx(rf.V0_STEP_HOST_S / 8)
+    assert rf.engine_version_step_s("vllm", "0.8.0", 8) == 0.0
+    assert rf.sync_host_per_seq_s("vllm", "0.6.0", None, 8) == pytest.approx(rf.SYNC_HOST_PER_SEQ_S / 8)
+    spec = resolve_model("llama3.1-8b").spec
+    one, _, _ = analytic_model(spec, "h100", engine=EngineOptions(engine_version="0.6.0"))
+    ten, _, _ = analytic_model(spec, "h100", engine=EngineOptions(engine_version="0.6.0", num_scheduler_steps=10))
+    for c in (1, 64):
+        saved = 0.9 * (rf.V0_STEP_HOST_S + rf.SYNC_HOST_PER_SEQ_S * c)
+        assert one.decode_step_s(c, 600) - ten.decode_step_s(c, 600) == pytest.approx(saved, rel=1e-6)
+    r = run_main("predict", "--model", "llama3.1-8b", "--gpu", "h100", "-c", "1", "--engine-version", "0.6.0",
+                 "--num-scheduler-steps", "10")
+    assert r.exit_code == 0 and "once per 10 steps: multi-step scheduling" in r.output
+    refused("predict", "--model", "llama3.1-8b", "--gpu", "h100", "--num-scheduler-steps", "8",
+            fragments=("--num-scheduler-steps 8", "--engine-version 0.6.x"))
+    refused("predict", "--model", "llama3.1-8b", "--gpu", "h100", "--engine-version", "0.6.0",
+            "--num-scheduler-steps", "0", fragments=("--num-scheduler-steps must be a positive integer",))

@@ -58,6 +58,7 @@ class EngineOptions(BaseModel):
     enforce_eager: bool = False
     engine_version: Optional[str] = None  # vLLM before 0.8 runs its V0 engine: more host time a decode step
     async_scheduling: Optional[bool] = None  # vLLM: None = the version's default (off before 0.14)
+    num_scheduler_steps: Optional[int] = None  # vLLM 0.6-0.7 (V0) multi-step scheduling: decode steps per host round
     max_num_batched_tokens: Optional[int] = None
     rope_scaling: Optional[str] = None  # TYPE:FACTOR, as vLLM's --hf-overrides '{"rope_scaling": ...}' sets it
 
@@ -87,6 +88,15 @@ class EngineOptions(BaseModel):
                 parse_rope_scaling(self.rope_scaling)
             except ValueError as e:
                 raise UserError(str(e)) from None
+        n = self.num_scheduler_steps
+        if n is not None:
+            if n < 1:
+                raise UserError(f"--num-scheduler-steps must be a positive integer, got {n}")
+            v0 = self.engine == "vllm" and self.engine_version is not None \
+                and rf.version_tuple(self.engine_version)[:2] < rf.V1_DEFAULT_VERSION
+            if n > 1 and not v0:
+                raise UserError(f"--num-scheduler-steps {n}: multi-step scheduling is vLLM's V0 engine's (0.6 to 0.7); "
+                                "give it with --engine vllm --engine-version 0.6.x, or drop it")
         seqs, tokens = self.max_num_seqs, self.max_num_batched_tokens
         if self.engine == "vllm" and seqs is not None and tokens is not None and tokens < seqs:
             raise UserError(f"--max-num-batched-tokens {tokens} is below --max-num-seqs {seqs}: vLLM needs a token "
@@ -150,7 +160,8 @@ def resolve(opts: EngineOptions, spec: ModelSpec, ds: DatasheetPeak, tp: int, pr
     return rf.EngineSettings(name=name, memory_fraction=frac, max_num_seqs=seqs, max_num_batched_tokens=tokens,
                              max_model_len=max_len, kv_cache_dtype=opts.kv_cache_dtype, kv_cache_gib=opts.kv_cache_gib,
                              enforce_eager=opts.enforce_eager, block_tokens=rf.BLOCK_TOKENS[name],
-                             version=opts.engine_version, async_scheduling=opts.async_scheduling)
+                             version=opts.engine_version, async_scheduling=opts.async_scheduling,
+                             scheduler_steps=opts.num_scheduler_steps or 1)
 
 
 def size_kv(settings: rf.EngineSettings, costs: rf.Costs, tp: int, device_bytes: Optional[float]) -> tuple[
@@ -184,11 +195,13 @@ def engine_lines(settings: rf.EngineSettings, kv_tokens: Optional[int], kv_seqs:
     """What the prediction's engine is and what its KV rule gave, for the header and the assumptions."""
     s = settings
     mode = "eager (no CUDA graphs)" if s.enforce_eager else "CUDA graphs"
-    v0 = rf.engine_version_step_s(s.name, s.version)
+    v0 = rf.engine_version_step_s(s.name, s.version, s.scheduler_steps)
     if s.version:
         mode += (f"; version {s.version}" + (f", its V0 engine: +{v0 * 1e3:.2g} ms of host time a decode step "
-                                              "(roofline.engine.V0_STEP_HOST_S)" if v0 else ""))
-    sync = rf.sync_host_per_seq_s(s.name, s.version, s.async_scheduling)
+                                              "(roofline.engine.V0_STEP_HOST_S" + (
+                                                  f", once per {s.scheduler_steps} steps: multi-step scheduling"
+                                                  if s.scheduler_steps > 1 else "") + ")" if v0 else ""))
+    sync = rf.sync_host_per_seq_s(s.name, s.version, s.async_scheduling, s.scheduler_steps)
     if sync:
         mode += (f"; no async scheduling: +{sync * 1e6:.2g} us of host time per running sequence a decode step "
                  "(roofline.engine.SYNC_HOST_PER_SEQ_S)")

@@ -81,6 +81,7 @@ PREDICT_FLAGS = {
     "max_model_len": "engine.max_model_len", "kv_cache_gib": "engine.kv_cache_gib",
     "kv_cache_dtype": "engine.kv_cache_dtype", "enforce_eager": "engine.enforce_eager",
     "engine_version": "engine.engine_version", "async_scheduling": "engine.async_scheduling",
+    "num_scheduler_steps": "engine.num_scheduler_steps",
     "max_num_batched_tokens": "engine.max_num_batched_tokens", "rope_scaling": "engine.rope_scaling",
 }
 
@@ -135,6 +136,9 @@ def predict_option(*decls: str, **kw):
                 shown="the version's: on from vLLM 0.14 (and for a version not given), off before",
                 help="Analytic prediction, vLLM: whether the engine schedules the next step while the GPU runs this "
                      "one; without it every decode step adds 13 us of host time per running sequence.")
+@predict_option("--num-scheduler-steps", "num_scheduler_steps", type=int, shown="1",
+                help="Analytic prediction, vLLM 0.6-0.7 (V0, with --engine-version): multi-step scheduling, N decode "
+                     "steps per host round, so the V0 engine's host time is paid once per N steps.")
 @predict_option("--max-num-batched-tokens", "max_num_batched_tokens", type=int,
                 shown="the engine's: vLLM 8192 on 70+ GiB GPUs other than A100, else 2048; SGLang 8192; "
                       "TensorRT-LLM 8192",

@@ -55,6 +55,9 @@ GRAPH_STEP_S = 0.55e-3
 # for the same shapes (1.57, 2.98, 10.04 ms): 2.13, 2.72 and 2.39 ms more; 2.4 taken. (vLLM issue #6854, before
 # multi-step scheduling: "about 4ms of GPU bubble" a decode step, model and batch not stated.)
 V0_STEP_HOST_S = 2.4e-3
+# V0's multi-step scheduling (--num-scheduler-steps N, vLLM 0.6 to 0.7; RFC vllm-project/vllm#6854: "with
+# multi-step-8, the 4ms only needs to be incurred once for every 8 decode" steps) runs N decode steps per host round:
+# the V0 host time, and the per-sequence host time of a step, once per N steps.
 V1_DEFAULT_VERSION = (0, 8)
 # vLLM without async scheduling (before 0.14, where it became the default: vLLM PR #27614; DJL issue #3833 for the
 # release) schedules step N+1, prepares its inputs and turns step N's sampled tokens into request outputs while the
@@ -102,6 +105,7 @@ class EngineSettings(BaseModel):
     block_tokens: int = 16
     version: Optional[str] = None  # the engine's version where it changes the step (vLLM before 0.8: V0)
     async_scheduling: Optional[bool] = None  # vLLM: None = its version's default (on from 0.14)
+    scheduler_steps: int = 1  # vLLM V0 multi-step scheduling: decode steps per host round
     kv_rule: str = ""  # the rule (and source) that sized the KV cache, as printed
     kv_cache_bytes_per_gpu: Optional[float] = None  # what the rule gave on one device
 
@@ -209,15 +213,17 @@ def decode_fixed_s(num_layers: int, step_s: float = GRAPH_STEP_S, gemm_floors: b
                      if gemm_floors else 0.0)
 
 
-def engine_version_step_s(engine: str, version: Optional[str]) -> float:
+def engine_version_step_s(engine: str, version: Optional[str], scheduler_steps: int = 1) -> float:
     """The host time a decode step adds for an engine version: V0_STEP_HOST_S for vLLM before 0.8 (its V0
-    engine), else 0 (vLLM's V1 engine, SGLang and TensorRT-LLM as the step's fixed cost holds them)."""
+    engine; over ``scheduler_steps`` with multi-step scheduling), else 0 (vLLM's V1 engine, SGLang and
+    TensorRT-LLM as the step's fixed cost holds them)."""
     if engine != "vllm" or not version:
         return 0.0
-    return V0_STEP_HOST_S if version_tuple(version)[:2] < V1_DEFAULT_VERSION else 0.0
+    return V0_STEP_HOST_S / max(scheduler_steps, 1) if version_tuple(version)[:2] < V1_DEFAULT_VERSION else 0.0
 
 
-def sync_host_per_seq_s(engine: str, version: Optional[str], async_scheduling: Optional[bool] = None) -> float:
+def sync_host_per_seq_s(engine: str, version: Optional[str], async_scheduling: Optional[bool] = None,
+                        scheduler_steps: int = 1) -> float:
     """Host time per running sequence a decode step adds: SYNC_HOST_PER_SEQ_S for vLLM without async scheduling
     (given, or by version: off before 0.14; a version not given is a current engine, on), else 0 (SGLang's and
     TensorRT-LLM's overlap schedulers hide it)."""
@@ -225,7 +231,7 @@ def sync_host_per_seq_s(engine: str, version: Optional[str], async_scheduling: O
         return 0.0
     if async_scheduling is None:
         async_scheduling = not version or version_tuple(version)[:2] >= ASYNC_SCHEDULING_DEFAULT_VERSION
-    return 0.0 if async_scheduling else SYNC_HOST_PER_SEQ_S
+    return 0.0 if async_scheduling else SYNC_HOST_PER_SEQ_S / max(scheduler_steps, 1)
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
