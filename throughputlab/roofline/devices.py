@@ -143,24 +143,32 @@ def fsdp_memory_per_rank_bytes(costs: Costs, n: int, b, activation_per_sequence:
 # Training FLOP/s as a share of the datasheet peak of the dtype, per device family, from published FSDP
 # runs, in this model's FLOP count (train_flops: causal attention halved, recomputed forwards counted;
 # torchtitan's MFU counts 6N + 12*L*h*S without recompute, so its figures read higher):
-# A100 (A800: same SMs), 16-bit: torchtitan docs/performance.md at 1ea476e (April 2024), FSDP2 on 64 A100 80GB,
-#   MFU 51.7-58.2% as torchtitan counts it; here Llama 3 8B selective AC 2904-2973 tok/s/GPU = 50-51%,
-#   70B full AC 331 = 64%: 52%.
-# H100 (H800; H200 16-bit for want of its own row), 16-bit: torchtitan benchmarks/llama3_h100_202412_torchtitan.md
-#   at 820504e, Llama 3.1 8B FSDP on 8 H100 (500 W, 96 GB HBM2e), selective AC: 5762 tok/s/GPU eager, 6667 with
-#   torch.compile = 31% and 36% ("33% to 39% MFU" as torchtitan counts it): 34%.
-# H100 fp8 (of the fp8 peak): same record, FSDP + compile + Float8 on 8 GPUs, 8532 tok/s/GPU: 23%.
+# A100 (A800: same SMs), 16-bit, and H100 (H800; H200) 16-bit: the median over three published sources of
+#   FSDP training of dense models on 8-128 GPUs, each source's own median (its rows' tokens/s per GPU read back
+#   through this model's FLOP count; `benchmarks/published.py` holds every row with its source):
+#   A100: torchtitan docs/performance.md at 1ea476e (April 2024, Llama 3 8B/70B, Llama 2 13B/70B on 64 A100 80GB)
+#   53%, MosaicML llm-foundry scripts/train/benchmarking/README.md at 8c8dd48 (MPT 760M-70B on 8-128 A100 40/80GB)
+#   62%, IBM fms-fsdp README at 4ffb9bd/ed74fd5 (Llama 2 7B-70B on 128 A100 80GB) 59%: 59%.
+#   H100: llm-foundry (MPT 1B-70B on 8-128 H100 80GB) 46%, fms-fsdp (Llama 2 7B-70B on 96 H100) 43%, torchtitan's
+#   Trainy record (Llama 3.1 8B FSDP on 32-64 H200, benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md) 36%:
+#   43%. torchtitan's own H100 record (benchmarks/llama3_h100_202412_torchtitan.md at 820504e, Llama 3.1 8B on
+#   H100s capped at 500 W with 96 GB HBM2e) reads 34% and is not taken: its parts are not the 700 W H100 SXM.
+#   Larger models reach more of the peak in all three (llm-foundry H100: 7B 45%, 70B 52-58%).
+# H100 fp8 (of the fp8 peak): torchtitan's 500 W H100 record, FSDP + compile + Float8 on 8 GPUs, 8532 tok/s/GPU:
+#   23% (no other fp8 FSDP record found).
 # H200 fp8: torchtitan benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md at 4a61bd8, FSDP + compile +
 #   Float8 (float8 all-gather) on 32 H200, 10938 tok/s/GPU: 29%.
 # Other devices and dtypes: 40% (TRAIN_MFU_FALLBACK), no published run behind it.
+_A100 = "median of torchtitan (64 A100), llm-foundry (MPT, 8-128 A100) and fms-fsdp (Llama 2, 128 A100) FSDP runs"
+_H100 = "median of llm-foundry (MPT, 8-128 H100), fms-fsdp (Llama 2, 96 H100) and torchtitan (8B, 32-64 H200) FSDP runs"
 TRAIN_MFU = {
-    ("A100", "16-bit"): (0.52, "torchtitan docs/performance.md (Apr 2024), FSDP2 on 64 A100, Llama 3 8B/70B"),
-    ("A800", "16-bit"): (0.52, "torchtitan docs/performance.md (Apr 2024), FSDP2 on 64 A100 (A800: same SMs)"),
-    ("H100", "16-bit"): (0.34, "torchtitan llama3_h100_202412 record, Llama 3.1 8B FSDP on 8 H100, eager/compile"),
-    ("H800", "16-bit"): (0.34, "torchtitan llama3_h100_202412 record, Llama 3.1 8B FSDP on 8 H100 (H800: same SMs)"),
-    ("H200", "16-bit"): (0.34, "torchtitan llama3_h100_202412 record on H100 (no 16-bit H200 run published)"),
-    ("H100", "fp8"): (0.23, "torchtitan llama3_h100_202412 record, Llama 3.1 8B FSDP+compile+Float8 on 8 H100"),
-    ("H800", "fp8"): (0.23, "torchtitan llama3_h100_202412 record on H100 (H800: same SMs), Float8"),
+    ("A100", "16-bit"): (0.59, _A100),
+    ("A800", "16-bit"): (0.59, _A100 + " (A800: same SMs)"),
+    ("H100", "16-bit"): (0.43, _H100),
+    ("H800", "16-bit"): (0.43, _H100 + " (H800: same SMs)"),
+    ("H200", "16-bit"): (0.43, _H100),
+    ("H100", "fp8"): (0.23, "torchtitan llama3_h100_202412 record (500 W H100s), Llama 3.1 8B FSDP+compile+Float8"),
+    ("H800", "fp8"): (0.23, "torchtitan llama3_h100_202412 record on 500 W H100s (H800: same SMs), Float8"),
     ("H200", "fp8"): (0.29, "torchtitan llama3-8b_h200_202506 record (Trainy), FSDP+compile+Float8 on 32 H200"),
 }
 TRAIN_MFU_FALLBACK = 0.40
