@@ -2,12 +2,12 @@
 host at several batch sizes, each calibrated on and checked against every other with `decide`.
 
     python -m pip install trl accelerate datasets     # not dependencies of throughputlab
-    python benchmarks/calibration_pair.py [--batches 16,32,64] [--steps 6] [--work DIR]
+    python benchmarks/calibration_pair.py [--batches 16,32,64] [--steps 6] [--vocab 8192] [--work DIR]
 
 What it does, all on this machine:
 
-1. writes a model folder: the `demo` preset's config (a 100M-parameter Llama shape), random weights, a
-   word-level tokenizer over its vocabulary;
+1. writes a model folder: the `demo` preset's config (a 100M-parameter Llama shape; ``--vocab`` changes its
+   vocabulary, a quarter of its parameters at the preset's 32,000), random weights, a word-level tokenizer;
 2. `throughputlab bench` on that folder (prompt 16, output 32, training sequences of 48 tokens, micro-batches
    up to the largest batch: TRL trains each step's completions as one micro-batch here): the profile;
 3. TRL's GRPOTrainer on that folder, once per batch (completions per step, 4 per prompt, `--steps` steps,
