@@ -328,3 +328,22 @@ def test_multi_step_scheduling_pays_the_v0_host_time_once_per_n_steps():
             fragments=("--num-scheduler-steps 8", "--engine-version 0.6.x"))
     refused("predict", "--model", "llama3.1-8b", "--gpu", "h100", "--engine-version", "0.6.0",
             "--num-scheduler-steps", "0", fragments=("--num-scheduler-steps must be a positive integer",))
+
+
+def test_v0_engines_take_v0s_batch_defaults():
+    """vLLM before 0.8: 256 sequences, and chunked prefill (512 tokens) only past 32K of context, else a whole
+    prompt a step (max(max_model_len, 2048) tokens, which the profiling run holds in activations)."""
+    spec = resolve_model("llama3.1-8b").spec
+    ds = lookup("h100")
+    from throughputlab.predict_engine import resolve
+
+    long = resolve(EngineOptions(engine_version="0.6.3"), spec, ds, 1, 512, 512)
+    assert (long.max_num_seqs, long.max_num_batched_tokens) == (256, 512)  # 131072 > 32K: chunked
+    short = resolve(EngineOptions(engine_version="0.6.3", max_model_len=4096), spec, ds, 1, 512, 512)
+    assert (short.max_num_seqs, short.max_num_batched_tokens) == (256, 4096)
+    v1 = resolve(EngineOptions(engine_version="0.8.0", max_model_len=4096), spec, ds, 1, 512, 512)
+    assert (v1.max_num_seqs, v1.max_num_batched_tokens) == (1024, 8192)
+    # the whole-prompt profiling run leaves less KV cache than a 512-token chunk does
+    m_short, _, _ = analytic_model(spec, "h100", engine=EngineOptions(engine_version="0.6.3", max_model_len=32768))
+    m_long, _, _ = analytic_model(spec, "h100", engine=EngineOptions(engine_version="0.6.3", max_model_len=32769))
+    assert m_short.kv_cache_tokens < m_long.kv_cache_tokens

@@ -145,7 +145,15 @@ def resolve(opts: EngineOptions, spec: ModelSpec, ds: DatasheetPeak, tp: int, pr
                         "(e.g. yarn:4)")
     mem = ds.memory_bytes or 0
     name = opts.engine
-    if name == "vllm":
+    v0 = name == "vllm" and opts.engine_version is not None \
+        and rf.version_tuple(opts.engine_version)[:2] < rf.V1_DEFAULT_VERSION
+    if v0:  # V0 (0.5-0.7): 256 sequences; chunked prefill, at 512 tokens, only past 32K of context (EngineArgs:
+        # "Chunked prefill is enabled by default for models with max_model_len > 32K"); else a whole prompt a step,
+        # SchedulerConfig's max(max_model_len, 2048), which its profiling run then holds in activations
+        frac, seqs = 0.9, 256
+        tokens = opts.max_num_batched_tokens or (512 if (max_len or 0) > 32768 else max(max_len or 2048, 2048))
+        seqs = opts.max_num_seqs or min(seqs, tokens)
+    elif name == "vllm":
         big = mem >= 70 * GIB and "A100" not in ds.device
         frac, seqs, tokens = 0.9, 1024 if big else 256, 8192 if big else 2048
         tokens = opts.max_num_batched_tokens or tokens
