@@ -92,9 +92,7 @@ class EngineOptions(BaseModel):
         if n is not None:
             if n < 1:
                 raise UserError(f"--num-scheduler-steps must be a positive integer, got {n}")
-            v0 = self.engine == "vllm" and self.engine_version is not None \
-                and rf.version_tuple(self.engine_version)[:2] < rf.V1_DEFAULT_VERSION
-            if n > 1 and not v0:
+            if n > 1 and not rf.is_v0(self.engine, self.engine_version):
                 raise UserError(f"--num-scheduler-steps {n}: multi-step scheduling is vLLM's V0 engine's (0.6 to 0.7); "
                                 "give it with --engine vllm --engine-version 0.6.x, or drop it")
         seqs, tokens = self.max_num_seqs, self.max_num_batched_tokens
@@ -145,9 +143,7 @@ def resolve(opts: EngineOptions, spec: ModelSpec, ds: DatasheetPeak, tp: int, pr
                         "(e.g. yarn:4)")
     mem = ds.memory_bytes or 0
     name = opts.engine
-    v0 = name == "vllm" and opts.engine_version is not None \
-        and rf.version_tuple(opts.engine_version)[:2] < rf.V1_DEFAULT_VERSION
-    if v0:  # V0 (0.5-0.7): 256 sequences; chunked prefill, at 512 tokens, only past 32K of context (EngineArgs:
+    if rf.is_v0(name, opts.engine_version):  # V0 (0.5-0.7): 256 sequences; chunked prefill, at 512 tokens, only past 32K of context (EngineArgs:
         # "Chunked prefill is enabled by default for models with max_model_len > 32K"); else a whole prompt a step,
         # SchedulerConfig's max(max_model_len, 2048), which its profiling run then holds in activations
         frac, seqs = 0.9, 256

@@ -63,14 +63,14 @@ def _matches(entry: str, name: str) -> bool:
         return re.match(entry[3:], name) is not None
     if "*" in entry or "?" in entry:
         return fnmatch.fnmatchcase(name, entry)
-    return name == entry or name.startswith(entry + ".") or name.endswith("." + entry) or f".{entry}." in f".{name}."
+    return f".{entry}." in f".{name}."  # the module itself, a parent of it, or a dotted part of its name
 
 
 def unquantized(modules: list[Module], cfg: dict[str, Any]) -> Unquantized:
     """The modules of ``modules`` that the checkpoint's skip list names: their parameters, and a short
     description (how many of the model's layers each kind of module is kept in)."""
     entries = [e for e in skip_list(cfg) if e not in ("lm_head", "model.embed_tokens", "embed_tokens")]
-    if not entries or quant_method(cfg) is None:
+    if not entries or not modules:
         return Unquantized(0, 0, "")
     kept = [m for m in modules if any(_matches(e, m.name) for e in entries)]
     kinds: dict[str, set[str]] = {}

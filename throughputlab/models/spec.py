@@ -275,25 +275,24 @@ def spec_from_config(cfg: dict[str, Any], name: str, source: str) -> ModelSpec:
     embed = vocab * h
     lm_head = vocab * h
     head_extra = h + (0 if tied else lm_head)  # final norm, separate output matrix
-    kept = quant.unquantized(_modules(cfg, layers, h, heads, kv_heads, head_dim, inter, mlp_mats, mla, moe,
-                                      moe_layer_ids if moe else []), cfg)
+    method = quant.quant_method(cfg)
+    kept = quant.unquantized(_modules(layers, h, heads, kv_heads, head_dim, inter, mlp_mats, mla, moe,
+                                      moe_layer_ids if moe else []) if method else [], cfg)
     return ModelSpec(
         name=name, source=source, model_type=model_type, hidden_size=h, num_layers=layers, num_heads=heads,
         num_kv_heads=kv_heads, head_dim=head_dim, intermediate_size=inter, vocab_size=vocab,
         tie_word_embeddings=tied, max_position_embeddings=cfg.get("max_position_embeddings"), moe=moe,
         kv_values_per_layer=kv_values, qk_head_dim=qk_dim,
         params_total=embed + layers_total + head_extra, params_active=embed + layers_active + head_extra,
-        params_embedding=embed, params_lm_head=lm_head, quantization=quant.quant_method(cfg),
+        params_embedding=embed, params_lm_head=lm_head, quantization=method,
         params_16bit_active=kept.active, params_16bit_total=kept.total, params_16bit_what=kept.what,
         config={k: v for k, v in cfg.items() if not k.startswith("_")},
     )
 
 
-def _modules(cfg, layers, h, heads, kv_heads, head_dim, inter, mlp_mats, mla, moe, moe_layer_ids) -> list[quant.Module]:
+def _modules(layers, h, heads, kv_heads, head_dim, inter, mlp_mats, mla, moe, moe_layer_ids) -> list[quant.Module]:
     """Every linear layer of the decoder as a checkpoint names it (Llama/Qwen names), with its parameters:
     what a quantization_config's skip list is matched against."""
-    if not (cfg.get("quantization_config") or {}):
-        return []
     M = quant.Module
     mlp_names = ("gate_proj", "up_proj", "down_proj") if mlp_mats == 3 else ("up_proj", "down_proj")
     out = []

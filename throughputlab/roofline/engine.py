@@ -213,13 +213,16 @@ def decode_fixed_s(num_layers: int, step_s: float = GRAPH_STEP_S, gemm_floors: b
                      if gemm_floors else 0.0)
 
 
+def is_v0(engine: str, version: Optional[str]) -> bool:
+    """vLLM before 0.8 (its V0 engine), the version given; a version not given is a current engine."""
+    return engine == "vllm" and bool(version) and version_tuple(version)[:2] < V1_DEFAULT_VERSION
+
+
 def engine_version_step_s(engine: str, version: Optional[str], scheduler_steps: int = 1) -> float:
     """The host time a decode step adds for an engine version: V0_STEP_HOST_S for vLLM before 0.8 (its V0
     engine; over ``scheduler_steps`` with multi-step scheduling), else 0 (vLLM's V1 engine, SGLang and
     TensorRT-LLM as the step's fixed cost holds them)."""
-    if engine != "vllm" or not version:
-        return 0.0
-    return V0_STEP_HOST_S / max(scheduler_steps, 1) if version_tuple(version)[:2] < V1_DEFAULT_VERSION else 0.0
+    return V0_STEP_HOST_S / max(scheduler_steps, 1) if is_v0(engine, version) else 0.0
 
 
 def sync_host_per_seq_s(engine: str, version: Optional[str], async_scheduling: Optional[bool] = None,
