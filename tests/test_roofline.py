@@ -156,3 +156,25 @@ def test_kv_reads_never_run_faster_than_the_memorys_read_bandwidth():
     rate = rf.kv_read_rate(bw, None, 8e11)
     assert rf.decode_mem_s(DENSE, k, 50.0, bw, rate) == pytest.approx(rf.decode_flops(DENSE, k, 50.0) / phi)
     assert k > rf.knee(DENSE, 50.0, bw, phi)  # slower KV reads: memory-bound up to a larger concurrency
+
+
+def test_overlap_hides_no_more_comm_than_there_is_compute():
+    # fully hidden: the longer of the two; comm shorter than compute costs nothing
+    assert rf.exposed_s(0.10, 0.04, 1.0) == pytest.approx(0.10)
+    assert rf.exposed_s(0.10, 0.25, 1.0) == pytest.approx(0.25)  # a small micro-batch waits for its collectives
+    # a share exposed: compute + (1 - h) * comm, never below comm itself
+    assert rf.exposed_s(0.10, 0.04, 0.6) == pytest.approx(0.10 + 0.4 * 0.04)
+    assert rf.exposed_s(0.10, 0.50, 0.6) == pytest.approx(0.50)
+    np.testing.assert_allclose(rf.exposed_s(np.array([0.1, 0.1]), np.array([0.04, 0.25]), 1.0), [0.10, 0.25])
+
+
+def test_network_rates_follow_the_traffic_pattern():
+    nic, nvlink = 40e9, 360e9
+    # one node: the node's link whatever the NICs
+    assert rf.fsdp_link_bytes_per_s(nvlink, 1, nic, 8) == nvlink
+    # a ring across nodes leaves each node through its GPUs' NICs together, capped by the node's link
+    assert rf.fsdp_link_bytes_per_s(nvlink, 2, nic, 4) == pytest.approx(160e9)
+    assert rf.fsdp_link_bytes_per_s(nvlink, 2, nic, 16) == pytest.approx(nvlink)
+    # an all-to-all or a refit: each GPU's own NIC
+    assert rf.own_nic_bytes_per_s(nvlink, 2, nic) == pytest.approx(nic)
+    assert rf.own_nic_bytes_per_s(nvlink, 1, nic) == pytest.approx(nvlink)

@@ -89,9 +89,10 @@ class Layout(BaseModel):
 
 def _comm(ds_key: str, layout: Layout, eff: Efficiencies) -> tuple[CommParams, str]:
     link, source = link_bandwidth(ds_key)
-    fsdp_bw = rf.fsdp_link_bytes_per_s(link, layout.nodes, INTER_NODE_BYTES_PER_S)
+    per_node = max(layout.gpus // layout.nodes, 1)
+    fsdp_bw = rf.fsdp_link_bytes_per_s(link, layout.nodes, INTER_NODE_BYTES_PER_S, per_node)
     if layout.nodes > 1:
-        source += f"; across nodes {INTER_NODE_BYTES_PER_S / 1e9:.0f} GB/s per GPU (one 400 Gb/s NIC per GPU)"
+        source += f"; across nodes a ring over {per_node} NICs a node (one 400 Gb/s NIC per GPU), under the node's link"
     pcie = "PCIe" in source  # NCCL alone: no custom all-reduce regime
     return CommParams(tp_busbw_bytes_per_s=eff.comm_bw * link, tp_alpha_s=rf.TP_PCIE_ALPHA_S if pcie else eff.tp_alpha_s,
                       tp_small_alpha_s=None if pcie else eff.tp_small_alpha_s,

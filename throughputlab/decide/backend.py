@@ -18,7 +18,10 @@ from typing import Callable, Optional
 
 from pydantic import BaseModel, ConfigDict
 
+from throughputlab.calibration import DEFAULT_EFFICIENCIES
 from throughputlab.errors import UserError
+from throughputlab.records.peaks import INTER_NODE_BYTES_PER_S
+from throughputlab.roofline import own_nic_bytes_per_s
 from throughputlab.roofline import rl as rf
 from throughputlab.roofline.memory import forward_bytes_per_sequence
 from throughputlab.throughput import ThroughputModel
@@ -91,7 +94,10 @@ def megatron_pass(model: ThroughputModel, layout: MegatronLayout, backward: bool
 
     ep_link = None
     if comm is not None and layout.ep > 1:
-        inter = comm.fsdp_busbw_bytes_per_s if layout.ep > layout.per_node else comm.tp_busbw_bytes_per_s
+        # an all-to-all across nodes: each GPU's off-node tokens through its own NIC (roofline.own_nic_bytes_per_s)
+        inter = comm.tp_busbw_bytes_per_s if layout.ep <= layout.per_node else (
+            comm.fsdp_busbw_bytes_per_s if model.source == "fit" else
+            own_nic_bytes_per_s(comm.tp_busbw_bytes_per_s, 2, DEFAULT_EFFICIENCIES.comm_bw * INTER_NODE_BYTES_PER_S))
         ep_link = rf.cross_node_tp_link(comm.tp_busbw_bytes_per_s, comm.tp_alpha_s, layout.ep, layout.per_node,
                                         inter, rf.INTER_NODE_ALPHA_S)
 

@@ -281,7 +281,7 @@ def training_model(model: ThroughputModel, pl: Placement, checkpointing: bool, s
     comm = model.comm
     if comm is not None and model.source != "fit" and (pl.train_nodes != model.nodes
                                                         or pl.train_domains != pl.train_nodes):
-        comm = relinked(comm, pl.train_domains)  # within one NVLink domain: its link, as within a node
+        comm = relinked(comm, pl.train_domains, pl.link_group)  # within one NVLink domain: its link, as within a node
     return model.model_copy(update={"train": train, "train_devices": n, "nodes": pl.train_nodes, "comm": comm,
                                     "activation_checkpointing": checkpointing or model.activation_checkpointing})
 
@@ -289,8 +289,10 @@ def training_model(model: ThroughputModel, pl: Placement, checkpointing: bool, s
 def cross_node_tp_comm(comm: CommParams, tp: int, per_node: int) -> CommParams:
     """An engine whose tensor parallelism spans nodes (NeMo-RL runs vLLM at TP 16 over two 8-GPU nodes): its
     all-reduces run at the inter-node link's rate (one 400 Gb/s NIC per GPU at the stated collective
-    efficiency) and latency (roofline.rl.INTER_NODE_ALPHA_S), without the small-message regime of vLLM's
-    custom all-reduce, which needs NVLink peers (roofline.rl.cross_node_tp_link)."""
+    efficiency: a decode step's all-reduces are small, which NCCL runs on few channels, so few NICs; nccl-tests
+    issue #290, two 8 x H100 nodes: 38.6 GB/s bus bandwidth at 8 MB, where FSDP's large messages reach the NICs
+    together, roofline.network_ring_bytes_per_s) and latency (roofline.rl.INTER_NODE_ALPHA_S), without the
+    small-message regime of vLLM's custom all-reduce, which needs NVLink peers (roofline.rl.cross_node_tp_link)."""
     inter = DEFAULT_EFFICIENCIES.comm_bw * INTER_NODE_BYTES_PER_S
     bw, alpha, _ = rf_rl.cross_node_tp_link(comm.tp_busbw_bytes_per_s, comm.tp_alpha_s, tp, per_node, inter,
                                             rf_rl.INTER_NODE_ALPHA_S)
@@ -312,14 +314,15 @@ def cross_node_note(pl: Placement, model: ThroughputModel) -> Optional[str]:
             f"all-reduces go across {group}, over the network{rate} (the inter-node link, not NVLink)")
 
 
-def relinked(comm: CommParams, nodes: int) -> CommParams:
+def relinked(comm: CommParams, nodes: int, gpus_per_group: int) -> CommParams:
     """A predicted profile's links for the decision's node count: FSDP within a node at the node's link
     (the tensor-parallel rate, the same link), across nodes no faster than the network (one 400 Gb/s NIC per
-    GPU at the stated collective efficiency), with the exposed share published for that many nodes. ``nodes``
-    counts link groups: the NVLink domains spanned where a domain holds more than a node (GB200 NVL72)."""
+    GPU at the stated collective efficiency, a ring over each group's NICs together), with the exposed share
+    published for that many nodes. ``nodes`` counts link groups of ``gpus_per_group``: the NVLink domains
+    spanned where a domain holds more than a node (GB200 NVL72)."""
     inter = DEFAULT_EFFICIENCIES.comm_bw * INTER_NODE_BYTES_PER_S
     return comm.model_copy(update={
-        "fsdp_busbw_bytes_per_s": rf.fsdp_link_bytes_per_s(comm.tp_busbw_bytes_per_s, nodes, inter),
+        "fsdp_busbw_bytes_per_s": rf.fsdp_link_bytes_per_s(comm.tp_busbw_bytes_per_s, nodes, inter, gpus_per_group),
         "fsdp_hidden_share": 1.0 - rf.fsdp_exposed_share(nodes)[0]})
 
 
@@ -332,16 +335,13 @@ def sync_s(model: ThroughputModel, pl: Placement, spec: ClusterSpec, link_bytes_
     comm = model.comm
     gather = 0.0
     if pl.train_gpus > 1 and comm is not None:
-        gather = rf.allgather_s(w, pl.train_gpus, comm.fsdp_busbw_bytes_per_s, comm.fsdp_alpha_s)
+        gather = rf.allgather_s(w, pl.train_gpus, _refit_rate(model, pl.train_domains), comm.fsdp_alpha_s)
     d = model.require("decode")
     if pl.kind == "colocated" and link_bytes_per_s is None:
         move = rf.device_copy_s(w / max(pl.tp, 1), d.bw_bytes_per_s)
     else:
         # split pools on nodes of their own: the weights cross the network between them (NVLink within a domain)
-        domains = pl.domains(pl.nodes)
-        same = pl.nodes == model.nodes and domains == pl.nodes
-        cross = comm if comm is None or model.source == "fit" or same else relinked(comm, domains)
-        rate = link_bytes_per_s or (cross.fsdp_busbw_bytes_per_s if cross is not None else None)
+        rate = link_bytes_per_s or (_refit_rate(model, pl.domains(pl.nodes)) if comm is not None else None)
         if rate is None:
             raise UserError("the weights cross devices but the profile has no link bandwidth: set "
                             "shape.sync.bytes_per_s (bytes/s) in the RL shape file")
@@ -350,6 +350,16 @@ def sync_s(model: ThroughputModel, pl: Placement, spec: ClusterSpec, link_bytes_
         rf_rl.sleep_wake_s(w / max(pl.tp, 1), spec.sleep_level, pl.per_node, pl.host_rate)
         if pl.kind == "colocated" and on_gpu else 0.0)
     return float(latency_s + gather + move + sleep)
+
+
+def _refit_rate(model: ThroughputModel, groups: int) -> float:
+    """A weight sync's gather rate over ``groups`` nodes or NVLink domains (roofline.own_nic_bytes_per_s); a
+    fitted profile's measured FSDP rate as it is."""
+    comm = model.comm
+    if model.source == "fit":
+        return comm.fsdp_busbw_bytes_per_s
+    nic = DEFAULT_EFFICIENCIES.comm_bw * INTER_NODE_BYTES_PER_S
+    return rf.own_nic_bytes_per_s(comm.tp_busbw_bytes_per_s, groups, nic)
 
 
 def split_over_engines(prompts: int, engines: int) -> list[int]:

@@ -117,8 +117,13 @@ def fsdp_comm_s(costs: Costs, n: int, busbw: float, alpha_s: float = 0.0, reduce
 
 
 def exposed_s(compute_s, comm_s, hidden_share: float):
-    """A step whose communication overlaps its compute: compute + the share of comm not hidden."""
-    return _out(compute_s + (1.0 - hidden_share) * np.asarray(comm_s, dtype=float))
+    """A step whose communication overlaps its compute: compute + the share of comm not hidden, and never
+    less than the comm itself: overlap hides comm under compute, so at most as much comm as there is
+    compute (a small micro-batch whose collectives outlast its compute waits for them):
+    compute + max((1 - hidden) * comm, comm - compute)."""
+    compute = np.asarray(compute_s, dtype=float)
+    comm = np.asarray(comm_s, dtype=float)
+    return _out(compute + np.maximum((1.0 - hidden_share) * comm, comm - compute))
 
 
 def measured_memory_per_rank(mem0_measured: float, costs: Costs, n: int) -> float:
@@ -260,16 +265,38 @@ def backend_train_rate(phi_fsdp: float, device: str, dtype: str, backend: str) -
 # within a node 0: the MFU above comes from single-node FSDP runs, whose exposed NVLink traffic it holds.
 # across nodes 5%: torchtitan llama3_h100_202412, Llama 3.1 8B FSDP, 8 -> 128 H100 (16 nodes, 400 Gb/s RDMA
 #   per GPU): 5762 -> 5605 tok/s/GPU (-2.7%) eager, 6667 -> 6514 with compile, 8532 -> 8380 with Float8: the step
-#   grows 0.080 s (0.058, 0.035) against fsdp_comm_s's 1.60 s (1.35 fp8) at 50 GB/s x comm_bw 0.8 per GPU:
-#   5.0% (3.6%, 2.6%) exposed; 5% taken.
+#   grows 0.080 s (0.058, 0.035) against fsdp_comm_s's 0.20 s (0.17 fp8) at the ring rate below (8 NICs of
+#   50 GB/s x comm_bw 0.8, under NVLink's 450 x 0.8): 40% (29%, 21%) exposed; the eager 40% taken.
 FSDP_EXPOSED_WITHIN_NODE = 0.0
-FSDP_EXPOSED_ACROSS_NODES = 0.05
+FSDP_EXPOSED_ACROSS_NODES = 0.40
 
 
-def fsdp_link_bytes_per_s(link_bytes_per_s: float, nodes: int, inter_node_bytes_per_s: float) -> float:
+def network_ring_bytes_per_s(nic_bytes_per_s: float, gpus_per_group: int) -> float:
+    """The bus bandwidth of an NCCL ring that crosses the network, from groups of ``gpus_per_group`` GPUs (a
+    node, or an NVLink domain) with a NIC each: NCCL opens a channel per NIC and each channel leaves the group
+    through a different GPU's NIC, so the ring runs at the group's NICs together (nccl-tests issue #290, an
+    NCCL maintainer: "For NDR @ 400Gbps you should see 46-48GB/s per NIC"; 8 x 400 Gb/s NICs: ~370-400 GB/s
+    of bus bandwidth, where one NIC alone would give 50)."""
+    return nic_bytes_per_s * max(gpus_per_group, 1)
+
+
+def own_nic_bytes_per_s(node_link_bytes_per_s: float, groups: int, nic_bytes_per_s: float) -> float:
+    """The rate of traffic that leaves each GPU through its own NIC when it spans ``groups`` nodes (or NVLink
+    domains): the node's link within one, else no faster than one NIC per GPU. So runs an all-to-all (MoE's
+    token dispatch: every GPU sends its off-node share at once, each through its NIC), and a weight sync
+    (refit), which moves the weights one tensor at a time (gathers over TP/PP/EP, broadcasts from the owning
+    ranks), not as one ring over every NIC: published NeMo-RL refits across 16-32 nodes took 7-50 s
+    (NVIDIA-NeMo/RL PR #449, ~30B on 16 nodes: dense 18 -> 7 s, MoE 430 -> 50 s; PR #686: 51 -> 47 s), where a
+    ring over the nodes' NICs (:func:`network_ring_bytes_per_s`) would gather those weights in 0.2-4 s."""
+    return node_link_bytes_per_s if groups <= 1 else min(node_link_bytes_per_s, nic_bytes_per_s)
+
+
+def fsdp_link_bytes_per_s(link_bytes_per_s: float, nodes: int, nic_bytes_per_s: float, gpus_per_group: int = 1) -> float:
     """The per-GPU rate an FSDP ring runs at: the node's link within one node; across nodes the ring
-    crosses the network too, so the slower of the two."""
-    return link_bytes_per_s if nodes <= 1 else min(link_bytes_per_s, inter_node_bytes_per_s)
+    crosses the network too, so the slower of the node's link and its NICs together
+    (:func:`network_ring_bytes_per_s`)."""
+    return link_bytes_per_s if nodes <= 1 else min(link_bytes_per_s, network_ring_bytes_per_s(nic_bytes_per_s,
+                                                                                            gpus_per_group))
 
 
 def fsdp_exposed_share(nodes: int) -> tuple[float, str]:
