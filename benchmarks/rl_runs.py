@@ -48,6 +48,7 @@ from throughputlab.predict import Layout, predict_analytic  # noqa: E402
 from throughputlab.predict_engine import EngineOptions  # noqa: E402
 from throughputlab.records.peaks import lookup  # noqa: E402
 from throughputlab.rlconfig import read_run_config  # noqa: E402
+from throughputlab.roofline import rl as rf_rl  # noqa: E402
 
 DATA_DIR = ROOT / "benchmarks" / "data" / "rl_runs"
 STEP_TOL, PHASE_TOL, FAR, SHARE = 0.15, 0.25, 2.0, 0.80  # the targets: step, phases, no phase off by 2x, 80% of runs
@@ -406,10 +407,25 @@ def predict_row(run: Run, meas: Measurement, tmp: Path, capped: bool) -> Row:
     st = next(r.step for r in decision.rows if r.prompts == prompts)
     row.predicted = True
     row.step = {p: getattr(st, p) for p in PHASES}
+    row.step.update(offload_split(base, row.step["offload_s"], 1 if dtype in ("fp8",) else 2))
     row.inputs["placement"] = decision.placement
     row.notes += [n for n in decision.notes if n.startswith(("response lengths", "prompt ", "weight sync"))]
     row.compared, row.not_compared = compare(run.framework, row.placement, meas, row.step)
     return row
+
+
+def offload_split(base: dict, offload_s: float, param_bytes: int) -> dict[str, float]:
+    """The step's host copies divided between veRL's log-prob and update timers, which hold them (its FSDP and
+    Megatron workers load the parameters before each pass and offload them after, the optimizer around the
+    update): half the parameter copies with the log-prob pass, the rest and the optimizer's and gradients' with
+    the update, by bytes (roofline.rl.offload_bytes, shards of one parameter)."""
+    tr = base.get("shape", {}).get("train", {})
+    p, g, o = (float(tr.get(k) or 0.0) for k in ("offload_param_copies", "offload_grad_copies",
+                                                  "offload_optimizer_copies"))
+    around_logprob = rf_rl.offload_bytes(1.0, 1.0, param_bytes, p / 2, 0.0, 0.0)
+    total = rf_rl.offload_bytes(1.0, 1.0, param_bytes, p, g, o)
+    share = around_logprob / total if total > 0 else 0.0
+    return {"offload_logprob_s": share * offload_s, "offload_train_s": (1.0 - share) * offload_s}
 
 
 def model_spec(name: str):
@@ -456,7 +472,7 @@ def compare(framework: str, placement: str, meas: Measurement, step: dict) -> tu
             skipped.append(f"{' + '.join(present)} = {pub:g} s: published as zero (no such pass in the run)")
             return
         pred = sum(step[p] for p in phases)
-        out.append(Compared(" + ".join(present), pub, pred, "+".join(p[:-2] for p in phases), pred / pub, note))
+        out.append(Compared(" + ".join(present), pub, pred, "+".join(p[:-2].split("_")[0] for p in phases), pred / pub, note))
 
     out.append(Compared(meas.timer, meas.step_s, step["step_s"], "step", step["step_s"] / meas.step_s,
                         {"fully-async": "the trainer's step: its local updates over the published step's prompts",
@@ -491,8 +507,12 @@ def compare(framework: str, placement: str, meas: Measurement, step: dict) -> tu
             if t in ph:
                 used.add(t)
                 skipped.append(f"{t} {ph[t]:g} s: the trainer's wait for samples from the rollouter, not generation")
-    add(("timing_s/old_log_prob", "timing_s/ref"), ("logprob_s",))
-    add(("timing_s/update_actor",), ("train_s",))
+    inside = "with the {} offload's reload and offload, which veRL times inside"
+    lp, up = step.get("offload_logprob_s"), step.get("offload_train_s")
+    add(("timing_s/old_log_prob", "timing_s/ref"), ("logprob_s", "offload_logprob_s") if lp else ("logprob_s",),
+        inside.format("parameter") if lp else "")
+    add(("timing_s/update_actor",), ("train_s", "offload_train_s") if up else ("train_s",),
+        inside.format("parameter and optimizer") if up else "")
     add(("timing_s/values", "timing_s/update_critic"), ("critic_s",), "value forward pass + critic update")
     for t, v in ph.items():
         if t not in used:

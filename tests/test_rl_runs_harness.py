@@ -105,6 +105,27 @@ def test_fully_async_gen_is_not_compared():
     assert any(s.startswith("timing_s/gen") and "wait" in s for s in skipped)
 
 
+def test_verl_offload_is_compared_inside_the_log_prob_and_update_timers():
+    # param_offload (4 copies) and optimizer_offload (2): half the parameter copies around the log-prob pass,
+    # the rest and the optimizer's with the update, by bytes (16-bit parameters, 12-byte optimizer state)
+    base = {"shape": {"train": {"offload_param_copies": 4, "offload_optimizer_copies": 2}}}
+    split = h.offload_split(base, 6.0, 2)
+    assert split["offload_logprob_s"] == pytest.approx(6.0 * 4 / (8 + 24))
+    assert split["offload_logprob_s"] + split["offload_train_s"] == pytest.approx(6.0)
+    step = dict(gen_s=10.0, logprob_s=1.0, train_s=20.0, critic_s=0.0, sync_s=1.0, offload_s=6.0, step_s=39.0,
+                **split)
+    meas = h.Measurement(id="published", step_s=40.0, timer="timing_s/step",
+                         phases={"timing_s/old_log_prob": 2.0, "timing_s/update_actor": 26.0})
+    compared, _ = h.compare("verl", "colocated", meas, step)
+    by = {c.model: c for c in compared}
+    assert by["logprob+offload"].predicted == pytest.approx(1.75)
+    assert by["train+offload"].predicted == pytest.approx(25.25) and "veRL times inside" in by["train+offload"].note
+    # no offload: the passes alone, named as such
+    none = h.offload_split({}, 0.0, 2)
+    compared, _ = h.compare("verl", "colocated", meas, dict(step, offload_s=0.0, **none))
+    assert [c.model for c in compared] == ["step", "logprob", "train"]
+
+
 def test_a_malformed_data_file_is_one_line_and_exit_2(tmp_path, capsys):
     shutil.copytree(DATA / GRPO, tmp_path / GRPO)
     pub = tmp_path / GRPO / "published.yaml"
