@@ -32,13 +32,14 @@ def test_colocated_step_is_the_sum_of_its_phases_with_hand_counted_micro_batches
     st = sm.step(10, 4)  # 40 responses of 64 + 32 tokens
     assert sm.micro_batch == 12  # (8e9 - 2e9) / 0.5e9
     seq = 96.0
-    # each pass of an analytic profile pays its layers' launches: forward 1, backward 2 (no checkpointing)
+    # each pass of an analytic profile pays its layers' host time: a forward 1.8 plain forwards, a training
+    # micro-step 6.8 (no checkpointing; roofline.training)
     launch = m.costs.num_layers * TRAIN_LAYER_LAUNCH_S
     # two mini-batches of 20: one micro-batch of 12 and one of 8 each, an optimizer step each, two epochs
-    mini = m.train_step_s(12, seq) + m.train_step_s(8, seq) + 2 * 3 * launch + 0.2
+    mini = m.train_step_s(12, seq) + m.train_step_s(8, seq) + 2 * 6.8 * launch + 0.2
     assert st.train_s == pytest.approx(2 * 2 * mini)
     assert st.optimizer_steps == 4
-    fwd = lambda b: 0.01 + (m.train_step_s(b, seq) - 0.01) / 3 + launch  # noqa: E731
+    fwd = lambda b: 0.01 + (m.train_step_s(b, seq) - 0.01) / 3 + 1.8 * launch  # noqa: E731
     assert st.logprob_s == pytest.approx(2 * (3 * fwd(12) + fwd(4)))  # old policy + reference, 40 = 3*12 + 4
     assert st.sync_s == pytest.approx(all_weight_bytes(m.costs) / 5e9)  # device copy: read + write at 10 GB/s
     assert st.critic_s == 0

@@ -72,4 +72,5 @@ def test_a_fitted_engine_gets_no_host_floor():
 
 def test_a_training_pass_keeps_its_additive_launches():
     assert rf.TRAIN_LAYER_LAUNCH_S == pytest.approx((22.5e-3 - 13e-3) / 28, rel=0.01)
-    assert rf.pass_launch_s(24) == pytest.approx(24 * rf.TRAIN_LAYER_LAUNCH_S)
+    # a forward under FSDP: the measured multiple of a plain forward's host time
+    assert rf.pass_launch_s(24) == pytest.approx(24 * rf.TRAIN_LAYER_LAUNCH_S * rf.FORWARD_HOST_RATIO)

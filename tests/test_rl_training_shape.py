@@ -31,11 +31,18 @@ def shape(**train) -> RLShape:
 def test_launch_cost_grows_with_layers_and_passes():
     fwd = rf.pass_launch_s(24)
     assert fwd == pytest.approx(2 * rf.pass_launch_s(12))
-    # a backward launches about twice the forward's kernels; full checkpointing runs the forward again
-    assert rf.pass_launch_s(24, backward=True) == pytest.approx((1 + rf.BACKWARD_LAUNCH_RATIO) * fwd)
-    assert rf.pass_launch_s(24, True, "full") == pytest.approx((2 + rf.BACKWARD_LAUNCH_RATIO) * fwd)
+    # the measured multiples of a plain forward: a forward under FSDP, a training micro-step, the recompute
+    assert fwd == pytest.approx(24 * rf.TRAIN_LAYER_LAUNCH_S * rf.FORWARD_HOST_RATIO)
+    train = rf.pass_launch_s(24, backward=True)
+    assert train == pytest.approx(rf.TRAIN_STEP_HOST_RATIO / rf.FORWARD_HOST_RATIO * fwd) and train > 3 * fwd
+    assert rf.pass_launch_s(24, True, "full") == pytest.approx(train * (1 + rf.RECOMPUTE_HOST_RATIO
+                                                                        / rf.TRAIN_STEP_HOST_RATIO))
     assert rf.pass_launch_s(24, True, "selective") == rf.pass_launch_s(24, True, "none")
     assert rf.pass_launch_s(None) == 0.0 and rf.pass_launch_s(0, True) == 0.0
+    # Megatron-core (no FSDP hooks, fused layers): kernels counted, a backward two forwards, the recompute one
+    meg = rf.pass_launch_s(24, fsdp=False)
+    assert meg == pytest.approx(24 * rf.TRAIN_LAYER_LAUNCH_S) and meg < fwd
+    assert rf.pass_launch_s(24, True, "full", fsdp=False) == pytest.approx((2 + rf.BACKWARD_LAUNCH_RATIO) * meg)
 
 
 def test_budget_micro_batch_and_padded_length():
@@ -77,7 +84,7 @@ def test_a_token_budget_counts_the_real_tokens_of_a_padded_pass():
 def test_launches_are_paid_per_micro_batch_by_analytic_profiles_only():
     one, many = (StepModel(model(), shape(micro_batch=mb)).step(8, 2) for mb in (12, 1))
     f_one, f_many = (StepModel(model("fit"), shape(micro_batch=mb)).step(8, 2) for mb in (12, 1))
-    launch = model().costs.num_layers * rf.TRAIN_LAYER_LAUNCH_S * (1 + rf.BACKWARD_LAUNCH_RATIO)
+    launch = model().costs.num_layers * rf.TRAIN_LAYER_LAUNCH_S * rf.TRAIN_STEP_HOST_RATIO  # FSDP: measured
     # 16 sequences: 2 micro-batches of 12 against 16 of 1; a fitted profile's intercept holds its launches
     assert (many.train_s - one.train_s) - (f_many.train_s - f_one.train_s) == pytest.approx(14 * launch)
     ck = StepModel(model(), shape(micro_batch=1, activation_checkpointing=True)).step(8, 2)

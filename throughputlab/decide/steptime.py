@@ -200,7 +200,8 @@ class StepModel:
         measured one holds its own in its fitted micro-step intercept."""
         if model.source != "analytic":
             return 0.0
-        return rf.pass_launch_s(model.costs.num_layers, backward, model.activation_checkpointing)
+        return rf.pass_launch_s(model.costs.num_layers, backward, model.activation_checkpointing,
+                                fsdp=self.layout is None)
 
     def _pass(self, model: ThroughputModel, backward: bool):
         """One micro-batch's time (b sequences of s tokens): a forward, or forward and backward, plus its

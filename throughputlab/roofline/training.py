@@ -16,22 +16,34 @@ from throughputlab.roofline.core import recompute_passes
 # layers, ~22.5 ms a decode step eager against 13 ms with CUDA graphs, (22.5 - 13)/28). Decode takes
 # the max of host and device (roofline.engine.eager_step_s, 0.80 ms of host time per layer from the same
 # rows); a training pass takes the additive form: the host waits for the device every layer (see
-# pass_launch_s), and the published veRL training phases are predicted too fast already with it (Qwen2.5-
-# 0.5B on A100: update_actor 0.55-0.59, log-probs 0.62-0.82 of the published), which the max form would
-# make faster still. A Hugging Face layer launches at least as many kernels as vLLM's fused one.
+# pass_launch_s). A Hugging Face layer's plain forward costs about as much host time (0.22-0.23 ms a layer
+# on a 2-core EPYC, benchmarks/train_host_overhead.py).
 TRAIN_LAYER_LAUNCH_S = 0.34e-3
-# The backward launches about two kernels per forward kernel: each weight GEMM has a data-gradient and
-# a weight-gradient GEMM, each elementwise op its own backward (the same 2x that makes training 3x the
-# forward's FLOPs, Kaplan et al. 2020).
+# A training framework's passes cost more host time than that plain forward: FSDP's hooks run around every
+# layer, the training forward records the autograd graph, the backward runs about two kernels per forward
+# kernel plus the hooks' reduce-scatters, and checkpointing reruns the forward under autograd. Measured with
+# Hugging Face's Qwen2 layers under FSDP2 at tiny widths, as multiples of the plain forward
+# (benchmarks/train_host_overhead.py, three runs of five rounds on a 2-core EPYC:
+# reports/cpu-amd-epyc-2026-12-05/train_host_overhead.txt): a forward under FSDP 1.75-1.82x, a training
+# micro-step (forward, loss, backward) 6.72-6.91x, full checkpointing 3.49-4.28x more.
+FORWARD_HOST_RATIO = 1.8
+TRAIN_STEP_HOST_RATIO = 6.8
+RECOMPUTE_HOST_RATIO = 3.9
+# Megatron-core's layers (Transformer Engine's fused modules, gradient buckets instead of per-layer FSDP hooks)
+# are not measured: their passes count kernels instead, a backward about two kernels per forward kernel (each
+# weight GEMM has a data-gradient and a weight-gradient GEMM, each elementwise op its own backward: the same 2x
+# that makes training 3x the forward's FLOPs, Kaplan et al. 2020), the recompute one forward again.
 BACKWARD_LAUNCH_RATIO = 2.0
 
 
 def pass_launch_s(num_layers: Optional[int], backward: bool = False, recompute=False,
-                  layer_s: float = TRAIN_LAYER_LAUNCH_S) -> float:
-    """The launch cost of one micro-batch's pass through ``num_layers`` layers in eager PyTorch under
-    FSDP: ``layer_s`` per layer for the forward, BACKWARD_LAUNCH_RATIO times that for a backward, and
-    the forward again where checkpointing recomputes every block (``recompute``: none|selective|full;
-    selective recomputes the attention core alone, a few kernels, not counted).
+                  layer_s: float = TRAIN_LAYER_LAUNCH_S, fsdp: bool = True) -> float:
+    """The host cost of one micro-batch's pass through ``num_layers`` layers in eager PyTorch under
+    FSDP: ``layer_s`` per layer times FORWARD_HOST_RATIO for a forward, TRAIN_STEP_HOST_RATIO for a
+    training micro-step (forward and backward), plus RECOMPUTE_HOST_RATIO where checkpointing recomputes
+    every block (``recompute``: none|selective|full; selective recomputes the attention core alone, a few
+    kernels, not counted). ``fsdp=False`` (Megatron-core): 1 for a forward, 1 + BACKWARD_LAUNCH_RATIO for a
+    micro-step, 1 more for the recompute.
 
     It adds to the device time instead of hiding under it: every layer the host waits for the device
     (FSDP's all-gather of the next layer is rate-limited on the previous one's events; flash-attention's
@@ -40,10 +52,12 @@ def pass_launch_s(num_layers: Optional[int], backward: bool = False, recompute=F
     0 without a layer count."""
     if not num_layers:
         return 0.0
-    passes = 1.0
+    forward, step, again = ((FORWARD_HOST_RATIO, TRAIN_STEP_HOST_RATIO, RECOMPUTE_HOST_RATIO) if fsdp
+                            else (1.0, 1.0 + BACKWARD_LAUNCH_RATIO, 1.0))
+    passes = forward
     if backward:
         dense, _ = recompute_passes(recompute)
-        passes += BACKWARD_LAUNCH_RATIO + dense
+        passes = step + again * dense
     return float(num_layers * layer_s * passes)
 
 
