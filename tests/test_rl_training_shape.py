@@ -156,3 +156,63 @@ def test_split_training_devices_span_the_fewest_whole_nodes():
     assert nodes("split", 32, 16, 4) == 2
     assert nodes("split", 16, 4, 2) == 2  # 12 training devices need both nodes
     assert nodes("colocated", 16, 16, 2) == 2
+
+
+# -- Ulysses sequence parallelism ---------------------------------------------------------------------------
+def test_ulysses_all_to_alls_by_hand():
+    c = Costs.from_spec(resolve_model("qwen2.5-7b").spec, 2)
+    kv = c.kv_bytes_per_token / c.num_layers  # K and V of a token in a layer, 16-bit
+    # 4,096 tokens per GPU over 4 GPUs: 3/4 of q, k, v and the output leave each GPU, four all-to-alls a layer
+    one = c.num_layers * (4096 * (2 * c.hidden_size * 2 + kv) * 0.75 / 300e9 + 4 * 20e-6)
+    assert rf.ulysses_comm_s(c, 4096, 4, 300e9, 20e-6) == pytest.approx(one)
+    assert rf.ulysses_comm_s(c, 4096, 4, 300e9, 20e-6, passes=3) == pytest.approx(3 * one)
+    assert rf.ulysses_comm_s(c, 4096, 1, 300e9, 20e-6) == 0.0
+
+
+@pytest.fixture(scope="module")
+def h100_profile(tmp_path_factory):
+    from throughputlab.predict import Layout, predict_analytic
+    path = tmp_path_factory.mktemp("sp") / "qwen7b.json"
+    predict_analytic(resolve_model("qwen2.5-7b").spec, "h100", layout=Layout(gpus=8)).save(path)
+    return str(path)
+
+
+def _sp_step(profile: str, sp: int, response: str, budget=16384):
+    from throughputlab.decide.calculator import DecideSpec, decide_from_spec
+    budgets = {"token_budget": budget, "logprob_token_budget": budget} if budget else {}
+    shape = {"prompt_len": 512, "response": {"dist": response}, "algo": "grpo",
+             "train": {"sequence_parallel": sp, "activation_checkpointing": True, "mini_batch_samples": 128,
+                       **budgets}}
+    spec = DecideSpec.model_validate({"profile": profile, "prompts": [32], "group": 8, "shape": shape,
+                                      "cluster": {"gpus": 8, "engine_tp": 1}})
+    d = decide_from_spec(spec)[0]
+    return next(r.step for r in d.rows if r.prompts == 32)
+
+
+def test_ulysses_keeps_the_compute_per_gpu_and_adds_its_all_to_alls(h100_profile):
+    one, four = (_sp_step(h100_profile, sp, "fixed:len=3584") for sp in (1, 4))
+    # the token budget is per GPU: a group of 4 fills micro-batches of 4 x 16,384 tokens and shares each
+    assert four.micro_batch == 4 * one.micro_batch
+    # the same micro-steps per GPU, each with its all-to-alls: a little slower, never faster
+    assert one.train_s < four.train_s < 1.15 * one.train_s
+    assert one.logprob_s < four.logprob_s < 1.15 * one.logprob_s
+
+
+def test_ulysses_splits_a_sequence_s_activations(h100_profile):
+    # 64K-token sequences: the micro-batch is the largest that fits; none does on one GPU, split 8 ways one does
+    from throughputlab.errors import UserError
+    with pytest.raises(UserError, match="not even one sequence fits"):
+        _sp_step(h100_profile, 1, "fixed:len=65024", budget=None)
+    st = _sp_step(h100_profile, 8, "fixed:len=65024", budget=None)
+    assert st.micro_batch >= 1 and st.train_s > 0
+    with pytest.raises(UserError, match="sequence_parallel 3 does not divide the 8 training GPU"):
+        _sp_step(h100_profile, 3, "fixed:len=3584")
+
+
+def test_decide_reads_ulysses_from_a_verl_config(tmp_path):
+    rc = read_run_config(_verl(tmp_path, use_remove_padding=True),
+                         ("actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",))
+    data, used, missing = runconfig.decide_data(rc)
+    assert data["shape"]["train"]["sequence_parallel"] == 2
+    assert not any("sequence parallelism" in m or "context parallelism" in m for m in missing)
+    assert any("Ulysses" in line for line in used)

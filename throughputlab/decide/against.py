@@ -122,8 +122,8 @@ def predicted_phases(steps: StepModel, st: StepTime) -> dict[str, float]:
 
 def _critic_forward_s(steps: StepModel, st: StepTime) -> float:
     """The value forward pass inside the step's critic time (as StepModel.step sums it)."""
-    return steps.critic_forward_s(-(-st.responses // st.train_devices), st.critic_seq_len_mean or st.seq_len_mean,
-                                  st.real_len_mean)
+    return steps.critic_forward_s(-(-st.responses // steps.data_parallel(st.train_devices)),
+                                  st.critic_seq_len_mean or st.seq_len_mean, st.real_len_mean)
 
 
 def _missing_reason(phase: str) -> str:

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict
 from throughputlab.calibration import DEFAULT_EFFICIENCIES
 from throughputlab.errors import UserError
 from throughputlab.records.peaks import INTER_NODE_BYTES_PER_S
-from throughputlab.roofline import own_nic_bytes_per_s
+from throughputlab.roofline import own_nic_bytes_per_s, recompute_passes, ulysses_comm_s
 from throughputlab.roofline import rl as rf
 from throughputlab.roofline.memory import forward_bytes_per_sequence
 from throughputlab.throughput import ThroughputModel
@@ -60,17 +60,20 @@ def layout_for(train, devices: int, per_node: int = 8) -> Optional[MegatronLayou
                           per_node=per_node)
 
 
-def memory_model(model: ThroughputModel, layout: Optional[MegatronLayout], forward: bool = False) -> ThroughputModel:
+def memory_model(model: ThroughputModel, layout: Optional[MegatronLayout], forward: bool = False,
+                 sp: int = 1) -> ThroughputModel:
     """The model whose memory line the micro-batch checks use: under Megatron, a rank's
-    (rf.megatron_memory_line); FSDP's line otherwise.
+    (rf.megatron_memory_line); FSDP's line otherwise, its sequences split ``sp`` ways under Ulysses (each GPU
+    holds 1/sp of a sequence's activations, so the line counts sequences per sequence-parallel group).
     ``forward``: a pass without a backward (log-probs), whose sequences hold one block's activations and their
     logits (memory.forward_bytes_per_sequence), not every layer's. A measured OOM belongs to the pass and the
     layout it was measured on and is dropped with either."""
     t = model.train
-    if (layout is None and not forward) or t is None or not t.mem_per_sample_bytes or t.device_memory_bytes is None:
+    if (layout is None and not forward and sp <= 1) or t is None or not t.mem_per_sample_bytes \
+            or t.device_memory_bytes is None:
         return model
     per = forward_bytes_per_sequence(model.costs, t.seq_len) if forward and t.seq_len else None
-    per = t.mem_per_sample_bytes if per is None else min(per, t.mem_per_sample_bytes)
+    per = (t.mem_per_sample_bytes if per is None else min(per, t.mem_per_sample_bytes)) / max(sp, 1)
     update = {"mem_per_sample_bytes": per, "smallest_oom_micro_batch": None, "smallest_oom_by_seq_len": {}}
     if layout is not None:
         update["mem0_bytes"], update["mem_per_sample_bytes"] = rf.megatron_memory_line(
@@ -123,3 +126,21 @@ def megatron_minibatch_extra_s(model: ThroughputModel, layout: MegatronLayout, p
     sync = rf.megatron_dp_sync_s(model.costs, layout.model_parallel, layout.dp, comm.fsdp_busbw_bytes_per_s,
                                  comm.fsdp_alpha_s) * param_scale
     return rf.megatron_minibatch_extra_s(passes_s, layout.pp, micro_batches, sync, comm.fsdp_hidden_share)
+
+
+def ulysses_pass(model: ThroughputModel, sp: int, backward: bool, launch_s: float) -> Callable[[float, float], float]:
+    """One micro-batch of ``b`` sequences of ``s`` tokens on a sequence-parallel group of ``sp`` GPUs (veRL's
+    Ulysses under FSDP): each GPU computes b/sp sequences' worth (its share of every sequence's tokens, and of
+    the heads over the whole sequence), pays its layers' launches and FSDP's collectives as without it, and the
+    all-to-alls around attention at the node's link (roofline.ulysses_comm_s)."""
+    step = model.train_step_s if backward else model.forward_s
+    comm = model.comm
+    dense, _ = recompute_passes(model.activation_checkpointing)
+    passes = 2 + dense if backward else 1
+
+    def one(b: float, s: float) -> float:
+        t = float(step(b / sp, s)) + launch_s
+        if comm is not None:
+            t += ulysses_comm_s(model.costs, b * s / sp, sp, comm.tp_busbw_bytes_per_s, comm.tp_alpha_s, passes)
+        return t
+    return one

@@ -106,3 +106,24 @@ def simulate_partial(model: ThroughputModel, prompt_len: int, caps: EngineCaps, 
                              int(context_max or max(lengths)))
         off_share = off / tot if tot else 0.0
     return result, off_share, len(carried)
+
+
+def partial_rolls(model: ThroughputModel, dist, caps: EngineCaps, prompt_len: int, counts: list[int], group: int,
+                  share: int, over: float, seed: int, full_s: float) -> tuple[list[RolloutResult], PartialRollout]:
+    """Each engine's steady-state rollout with partial rollouts (:func:`simulate_partial`) for its ``counts``
+    prompts of ``group``, each engine drawing its own lengths from ``dist``; and the step's summary against
+    ``full_s``, the same batch's rollout without them."""
+    rolls, shares, carried = [], [], 0
+    for e, c in enumerate(counts):
+        base = seed * 1_000_003 + 7919 * e
+
+        def draw(n: int, k: int, base=base) -> np.ndarray:
+            return dist.sample(n * group, base + 104_729 * (k + 1), group)
+        roll, off, left = simulate_partial(model, prompt_len, caps, c, group, share, over, draw, dist.longest())
+        rolls.append(roll)
+        shares.append(off)
+        carried += left
+    gen_s = max(r.wall_s for r in rolls)
+    return rolls, PartialRollout(over_provision=over, rollouts_simulated=ROLLOUTS, gen_s=gen_s, full_gen_s=full_s,
+                                 saved_s=full_s - gen_s, saved_share=(full_s - gen_s) / full_s if full_s > 0 else 0.0,
+                                 off_policy_token_share=float(np.mean(shares)), carried_responses=carried)

@@ -68,6 +68,10 @@ class TrainShape(_Spec):
     offload_optimizer_copies: float = Field(0.0, ge=0, description=(
         "Copies of each training GPU's optimizer shard (fp32 master weights and Adam moments) that cross the host "
         "link per step (NeMo-RL colocated and veRL optimizer_offload: 2)."))
+    sequence_parallel: int = Field(1, ge=1, description=(
+        "FSDP training: Ulysses sequence parallelism (veRL's ulysses_sequence_parallel_size): each sequence split "
+        "over this many GPUs, with all-to-alls around attention; micro-batches and token budgets count sequences "
+        "and tokens per group of that many GPUs (a token budget is per GPU, as veRL's), its activations split."))
     tp: int = Field(1, ge=1, description="Megatron training: tensor-parallel size of a model replica.")
     pp: int = Field(1, ge=1, description="Megatron training: pipeline stages of a model replica.")
     ep: int = Field(1, ge=1, description="Megatron training: expert-parallel size (MoE models).")

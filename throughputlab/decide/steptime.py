@@ -27,7 +27,7 @@ from throughputlab.decide.cluster import (
     training_model,
 )
 from throughputlab.decide.offload import offload_s
-from throughputlab.decide.partial import ROLLOUTS, PartialRollout, simulate_partial
+from throughputlab.decide.partial import PartialRollout, partial_rolls
 from throughputlab.decide.rollout import EngineCaps, RolloutResult, simulate_rollouts
 from throughputlab.decide.shape import (  # noqa: F401  (re-exported: the shape's home before the split)
     OVERLAPS,
@@ -152,11 +152,16 @@ class StepModel:
                 raise UserError(f"{name} must be a positive integer, got {v}")
         self.layout = be.layout_for(tr, placement.train_gpus if placement is not None else 1,
                                  placement.link_group if placement is not None else 8)
-        budget, lp_budget, mem = tr.token_budget, tr.logprob_token_budget, be.memory_model(self.train_model, self.layout)
+        self.sp = tr.sequence_parallel if self.layout is None else 1  # Ulysses: budgets and micro-batches per group
+        if (train_gpus := placement.train_gpus if placement is not None else 1) % self.sp:
+            raise UserError(f"train.sequence_parallel {self.sp} does not divide the {train_gpus} training GPU(s): each "
+                            "sequence-parallel group needs that many GPUs; give a size that divides them")
+        budget, lp_budget = (b and b * self.sp for b in (tr.token_budget, tr.logprob_token_budget))
+        mem = be.memory_model(self.train_model, self.layout, sp=self.sp)
         self.micro_batch = micro_batch_for(mem, tr.micro_batch if not budget else
                                            rf.budget_micro_batch(budget, self.train_seq_len))
         self.logprob_micro_batch = micro_batch_for(
-            be.memory_model(self.train_model, self.layout, forward=True),
+            be.memory_model(self.train_model, self.layout, forward=True, sp=self.sp),
             rf.budget_micro_batch(lp_budget, self.train_seq_len) if lp_budget else
             tr.logprob_micro_batch or self.micro_batch, "train.logprob_micro_batch")
         self.critic_model: Optional[ThroughputModel] = None
@@ -164,7 +169,8 @@ class StepModel:
             costs = critic_costs or self.train_model.costs
             self.critic_model = self.train_model.model_copy(update={"costs": costs})
             cs = shape.critic or CriticShape()
-            cmb = rf.budget_micro_batch(cs.token_budget, self.train_seq_len) if cs.token_budget else cs.micro_batch
+            cmb = rf.budget_micro_batch(cs.token_budget * self.sp, self.train_seq_len) if cs.token_budget else \
+                cs.micro_batch
             self.critic_micro_batch = micro_batch_for(mem, cmb or self.micro_batch, "critic.micro_batch")
         if self.layout is not None:
             self.layout = _RatedLayout(**self.layout.model_dump(), rate_note=self.train_rate_note)
@@ -209,6 +215,8 @@ class StepModel:
         launch = self._launch_s(model, backward)
         if self.layout is not None:
             return be.megatron_pass(model, self.layout, backward, launch)
+        if self.sp > 1:
+            return be.ulysses_pass(model, self.sp, backward, launch)
         step = model.train_step_s if backward else model.forward_s
         return lambda b, s: step(b, s) + launch
 
@@ -221,9 +229,13 @@ class StepModel:
         return t
 
     def _micro(self, budget: Optional[int], seq_len: float, fixed: int) -> int:
-        """A pass's sequences per micro-batch: filled up to the token budget at this step's mean length,
-        else the fixed micro-batch."""
-        return rf.budget_micro_batch(budget, seq_len) if budget else fixed
+        """A pass's sequences per micro-batch (per Ulysses group): filled up to the token budget (per GPU, so
+        the group's sp times it) at this step's mean length, else the fixed micro-batch."""
+        return rf.budget_micro_batch(budget * self.sp, seq_len) if budget else fixed
+
+    def data_parallel(self, gpus: int) -> int:
+        """Ranks the batch divides over: Megatron's replicas, or the training GPUs over the Ulysses groups."""
+        return self.layout.dp if self.layout is not None else max(gpus // self.sp, 1)
 
     def _critic_micro(self, seq_len: float) -> int:
         return self._micro((self.shape.critic or CriticShape()).token_budget, seq_len, self.critic_micro_batch)
@@ -291,23 +303,8 @@ class StepModel:
             rolls = [r[len(range(e, q, engines)) * group] for e, r in enumerate(per_engine) if q > e]
             partial = None
             if over > 0:
-                full_s = max(r.wall_s for r in rolls)
-                rolls, shares, carried = [], [], 0
-                for e, c in enumerate(split_over_engines(q, engines)):
-                    seed = self.shape.seed * 1_000_003 + 7919 * e
-
-                    def draw(n: int, k: int, seed=seed) -> np.ndarray:
-                        return self.dist.sample(n * group, seed + 104_729 * (k + 1), group)
-                    roll, off, left = simulate_partial(self.model, p, self.caps, c, group, share, over, draw,
-                                                       self.dist.longest())
-                    rolls.append(roll)
-                    shares.append(off)
-                    carried += left
-                gen_s = max(r.wall_s for r in rolls)
-                partial = PartialRollout(over_provision=over, rollouts_simulated=ROLLOUTS, gen_s=gen_s,
-                                         full_gen_s=full_s, saved_s=full_s - gen_s,
-                                         saved_share=(full_s - gen_s) / full_s if full_s > 0 else 0.0,
-                                         off_policy_token_share=float(np.mean(shares)), carried_responses=carried)
+                rolls, partial = partial_rolls(self.model, self.dist, self.caps, p, split_over_engines(q, engines),
+                                               group, share, over, self.shape.seed, max(r.wall_s for r in rolls))
             elif self.slack_steps > 1:
                 rolls = self._slack_rolls(q, group, lengths, share, engines)
             st = self._step(q, group, lengths[:q * group], rolls, split_over_engines(q, engines))
@@ -349,7 +346,7 @@ class StepModel:
         seq = max(real, float(tr.padded_seq_len or 0))
         tm = self.train_model
         gpus = pl.train_gpus if pl is not None else 1
-        dev = self.layout.dp if self.layout is not None else gpus  # Megatron: sequences per model replica
+        dev = self.data_parallel(gpus)  # sequences per Megatron replica or Ulysses group
         per_dev = -(-n // dev)
         passes = int(tr.old_logprob) + int(tr.ref_logprob)
         mb = self._micro(tr.token_budget, real, self.micro_batch)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from throughputlab.roofline.core import recompute_passes
+from throughputlab.roofline.core import Costs, recompute_passes
+from throughputlab.roofline.engine import ACTIVATION_BYTES
 
 # An eager PyTorch forward pass exposes ~0.34 ms per transformer layer of kernel launches and Python
 # when the device work per kernel is small: vllm-omni issue #7960 (Qwen2.5-Omni-7B thinker on A800, 28
@@ -77,3 +78,18 @@ def budget_micro_batch(token_budget: int, seq_len: float) -> int:
     if token_budget < 1:
         raise ValueError(f"a token budget must be positive, got {token_budget}")
     return max(1, int(token_budget // max(seq_len, 1.0)))
+
+
+def ulysses_comm_s(costs: Costs, tokens_per_gpu: float, sp: int, bytes_per_s: float, alpha_s: float = 0.0,
+                   passes: float = 1.0) -> float:
+    """DeepSpeed-Ulysses sequence parallelism over ``sp`` GPUs (Jacobs et al. 2023, section 3): before attention
+    each GPU trades its share of the sequence's queries, keys and values for the whole sequence of 1/sp of the
+    heads, after it the output back: all-to-alls of ``tokens_per_gpu`` x (2 x hidden + the K and V widths)
+    16-bit values per layer, (sp - 1)/sp of them leaving the GPU, four per layer, each with its latency.
+    ``passes``: 1 for a forward, 2 for forward and backward (the gradients cross back), 3 with full
+    checkpointing (the forward's again). 0 for sp 1 or a model without its layer widths."""
+    if sp <= 1 or not costs.num_layers or not costs.hidden_size:
+        return 0.0
+    kv = costs.kv_bytes_per_token / costs.num_layers / max(costs.bytes_per_param, 2) * ACTIVATION_BYTES  # K, V
+    per_layer = tokens_per_gpu * (2 * costs.hidden_size * ACTIVATION_BYTES + kv) * (sp - 1) / sp
+    return float(passes * costs.num_layers * (per_layer / bytes_per_s + 4 * alpha_s))
