@@ -186,6 +186,7 @@ def _sp_step(profile: str, sp: int, response: str, budget=16384):
     spec = DecideSpec.model_validate({"profile": profile, "prompts": [32], "group": 8, "shape": shape,
                                       "cluster": {"gpus": 8, "engine_tp": 1}})
     d = decide_from_spec(spec)[0]
+    assert (f"Ulysses sequence parallelism over groups of {sp} GPUs" in " ".join(d.notes)) == (sp > 1)
     return next(r.step for r in d.rows if r.prompts == 32)
 
 

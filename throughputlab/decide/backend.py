@@ -81,9 +81,12 @@ def memory_model(model: ThroughputModel, layout: Optional[MegatronLayout], forwa
     return model.model_copy(update={"train": t.model_copy(update=update)})
 
 
-def fsdp_note(devices: int) -> str:
+def fsdp_note(devices: int, sp: int = 1) -> str:
     return (f"training backend: FSDP over {devices} GPU(s): parameters all-gathered in every micro-batch's forward "
-            "and backward, gradients reduce-scattered")
+            "and backward, gradients reduce-scattered" + (
+                f"; Ulysses sequence parallelism over groups of {sp} GPUs ({devices // sp} data-parallel groups): each "
+                "GPU computes 1/{0} of a group's micro-batch and holds 1/{0} of its activations, four all-to-alls "
+                "per layer around attention".format(sp) if sp > 1 else ""))
 
 
 def megatron_pass(model: ThroughputModel, layout: MegatronLayout, backward: bool,

@@ -328,7 +328,7 @@ def decide(spec: DecideSpec, model: ThroughputModel, train_model: Optional[Throu
         notes.append(span)
     if placement is not None or steps.layout is not None:
         gpus = placement.train_gpus if placement is not None else 1
-        notes.append(steps.layout.describe(gpus) if steps.layout is not None else fsdp_note(gpus))
+        notes.append(steps.layout.describe(gpus) if steps.layout is not None else fsdp_note(gpus, steps.sp))
     if steps.slack_steps > 1:
         notes.append(f"{steps.slack_steps} steps off-policy: each engine drains {steps.slack_steps} steps' samples "
                      f"as one queue and a step is charged 1/{steps.slack_steps} of its wall time (the longest "
