@@ -126,6 +126,7 @@ class Run:
     measurements: list[Measurement]
     v04_config: Optional[str] = None  # NeMo-RL: the recipe at v0.4.0, where the folder keeps it
     config_version: Optional[str] = None  # NeMo-RL: the tag the recipe was read at
+    engine_version: Optional[str] = None  # the rollout's vLLM as the run's log shows it (rollout_engine_version)
 
 
 def _figure(doc: dict, key: str, path: Path, where: str = "", kind: str = "num", required: bool = False) -> Any:
@@ -208,7 +209,8 @@ def load_run(folder: Path) -> Run:
                prompts=_figure(doc, "prompts_per_step", path, kind="int"),
                group=_figure(doc, "responses_per_prompt", path, kind="int"), measurements=meas,
                v04_config=v04[0] if isinstance(v04, list) and v04 else None,
-               config_version=version.group(1) if version else None)
+               config_version=version.group(1) if version else None,
+               engine_version=_figure(doc, "rollout_engine_version", path, kind="str"))
 
 
 def load_runs(data_dir: Path = DATA_DIR, select: tuple[str, ...] = ()) -> list[Run]:
@@ -396,7 +398,7 @@ def predict_row(run: Run, meas: Measurement, tmp: Path, capped: bool) -> Row:
         spec = model_spec(spec_name)
         # predict's layout keeps TP within a node; decide takes the config's engine TP, across nodes too
         per_node = max(run.gpus // nodes, 1)
-        vllm = NEMO_RL_VLLM.get(meas.id.split("-")[0]) if run.framework == "nemo-rl" else None
+        vllm = run.engine_version or (NEMO_RL_VLLM.get(meas.id.split("-")[0]) if run.framework == "nemo-rl" else None)
         row.inputs["vllm"] = vllm
         profile = _profile(spec, ds.device, dtype,
                            Layout(gpus=run.gpus, nodes=nodes, tp=tp if tp <= per_node else per_node).check(), tmp, vllm)

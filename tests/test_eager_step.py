@@ -74,3 +74,25 @@ def test_a_training_pass_keeps_its_additive_launches():
     assert rf.TRAIN_LAYER_LAUNCH_S == pytest.approx((22.5e-3 - 13e-3) / 28, rel=0.01)
     # a forward under FSDP: the measured multiple of a plain forward's host time
     assert rf.pass_launch_s(24) == pytest.approx(24 * rf.TRAIN_LAYER_LAUNCH_S * rf.FORWARD_HOST_RATIO)
+
+
+def test_v0_and_sync_scheduling_host_work_precedes_the_launches():
+    # the scheduling a step does on the host runs before its launches: launches + scheduling against the device
+    assert rf.eager_host_step_s(20e-3, 2.4e-3, 13e-6, 100) == pytest.approx(20e-3 + 2.4e-3 + 1.3e-3)
+    assert rf.eager_host_step_s(0.0, 2.4e-3, 13e-6, 100) == 0.0  # CUDA graphs: the device's step holds it
+    np.testing.assert_allclose(rf.eager_host_step_s(10e-3, 0.0, 1e-5, np.array([1, 10])), [10.01e-3, 10.1e-3])
+    spec = resolve_model("qwen2.5-0.5b").spec
+    v1, v0 = (load_model(predict_analytic(spec, "h100", engine=EngineOptions(enforce_eager=True, engine_version=v)))
+              for v in ("0.8.4", "0.8.4+v0"))
+    host = 24 * rf.EAGER_LAYER_S["vllm"]
+    # a host-bound eager step: V1 (no async scheduling) pays its launches and 13 us a sequence, V0 2.4 ms more
+    assert v1.decode_step_s(64, 300) == pytest.approx(host + 64 * rf.SYNC_HOST_PER_SEQ_S)
+    assert v0.decode_step_s(64, 300) - v1.decode_step_s(64, 300) == pytest.approx(rf.V0_STEP_HOST_S)
+
+
+def test_a_later_vllm_that_ran_v0_is_written_plus_v0(capsys):
+    assert rf.is_v0("vllm", "0.8.4+v0") and rf.is_v0("vllm", "0.6.3") and not rf.is_v0("vllm", "0.8.4")
+    assert not rf.is_v0("sglang", "0.4.6+v0")
+    from conftest import run_cli
+    r = run_cli("predict", "-m", "qwen2.5-0.5b", "--gpu", "h100", "-c", "1", "--engine-version", "0.12.0+v0")
+    assert r.returncode == 2 and "no V0 engine from 0.11 on" in r.stderr and "Traceback" not in r.stderr

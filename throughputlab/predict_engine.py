@@ -73,6 +73,9 @@ class EngineOptions(BaseModel):
             except ValueError:
                 raise UserError(f"--engine-version {self.engine_version}: give it as MAJOR.MINOR[.PATCH], e.g. "
                                 "0.6.3") from None
+            if rf.is_v0(self.engine, self.engine_version) and rf.version_tuple(self.engine_version)[:2] >= (0, 11):
+                raise UserError(f"--engine-version {self.engine_version}: vLLM has no V0 engine from 0.11 on; drop "
+                                "the +v0 or give the version that ran it")
         u = self.gpu_memory_utilization
         if u is not None and not 0 < u <= 1:
             raise UserError(f"--gpu-memory-utilization must be a fraction in (0, 1], got {u} (vLLM's default is 0.9)")

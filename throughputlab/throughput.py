@@ -183,11 +183,18 @@ class ThroughputModel(Record):
             return 0.0
         return rf.eager_host_s(self.costs.num_layers, self.engine.name, self.engine.enforce_eager)
 
+    def _host_s(self, seqs=0.0):
+        """An eager step's host time with its scheduling (rf.eager_host_step_s: V0's and sync scheduling's host
+        work, which the step's t0 and t_seq hold, before the launches); 0 with CUDA graphs."""
+        e, d = self.engine, self.decode
+        v0 = rf.engine_version_step_s(e.name, e.version, e.scheduler_steps) if e is not None else 0.0
+        return rf.eager_host_step_s(self.eager_host_s, v0, d.t_seq_s if d is not None else 0.0, seqs)
+
     def decode_step_s(self, c, s):
         d = self.require("decode")
         return rf.eager_step_s(rf.decode_step_s(c, s, self.device_costs, d.t0_s, d.bw_bytes_per_s, d.phi_flops_per_s,
                                                 d.smooth_p, d.t_seq_s, d.bw_attn_bytes_per_s, d.bw_mem_bytes_per_s)
-                               + self._tp_comm(c), self.eager_host_s)
+                               + self._tp_comm(c), self._host_s(c))
 
     def attention_share(self, c, s):
         """The attention's share of the decode step: its own kernel's time (per-kernel form), or in
@@ -217,13 +224,13 @@ class ThroughputModel(Record):
         q1 = c * prompt_len / n
         return n * rf.eager_step_s(rf.prefill_tokens_s(q1, q1 * prompt_len, self.device_costs, pp.t0_s,
                                                        pp.bw_bytes_per_s, pp.phi_flops_per_s, pp.smooth_p)
-                                   + self._tp_comm(q1), self.eager_host_s)
+                                   + self._tp_comm(q1), self._host_s())
 
     def prefill_tokens_s(self, q1, q2):
         pp = self.prefill_rates()
         return rf.eager_step_s(rf.prefill_tokens_s(q1, q2, self.device_costs, pp.t0_s, pp.bw_bytes_per_s,
                                                    pp.phi_flops_per_s, pp.smooth_p) + self._tp_comm(q1),
-                               self.eager_host_s)
+                               self._host_s())
 
     def mixed_step_s(self, dec, ctx, q1, q2):
         """A continuous-batching step with decodes and prefill tokens (see roofline.mixed_step_s)."""
@@ -231,7 +238,7 @@ class ThroughputModel(Record):
         step = rf.mixed_step_s(self.device_costs, dec, ctx, q1, q2, d.t0_s, d.bw_bytes_per_s, d.phi_flops_per_s,
                                self.prefill_rates().phi_flops_per_s, d.smooth_p, d.t_seq_s,
                                d.bw_attn_bytes_per_s, d.bw_mem_bytes_per_s) + self._tp_comm(dec + q1)
-        return rf.eager_step_s(step, self.eager_host_s)
+        return rf.eager_step_s(step, self._host_s(dec))
 
     def generation_tokens_per_s(self, c, prompt_len, output_len):
         """Static batch: prefill, then output_len - 1 decode steps at mean context (as the hf backend measures)."""

@@ -130,8 +130,9 @@ def predict_option(*decls: str, **kw):
 @predict_option("--enforce-eager", "enforce_eager", is_flag=True,
                 help="Analytic prediction: no CUDA graphs (a larger fixed cost per decode step).")
 @predict_option("--engine-version", "engine_version", shown="the current engines (vLLM V1)",
-                help="Analytic prediction: the engine's version, e.g. 0.6.3; vLLM before 0.8 (its V0 engine) adds "
-                     "2.4 ms of host time to every decode step.")
+                help="Analytic prediction: the engine's version, e.g. 0.6.3; vLLM before 0.8 (its V0 engine), or a "
+                     "0.8-0.10 one that ran V0 (VLLM_USE_V1=0; written 0.8.4+v0), adds 2.4 ms of host time to every "
+                     "decode step.")
 @predict_option("--async-scheduling/--no-async-scheduling", "async_scheduling",
                 shown="the version's: on from vLLM 0.14 (and for a version not given), off before",
                 help="Analytic prediction, vLLM: whether the engine schedules the next step while the GPU runs this "

@@ -214,8 +214,12 @@ def decode_fixed_s(num_layers: int, step_s: float = GRAPH_STEP_S, gemm_floors: b
 
 
 def is_v0(engine: str, version: Optional[str]) -> bool:
-    """vLLM before 0.8 (its V0 engine), the version given; a version not given is a current engine."""
-    return engine == "vllm" and bool(version) and version_tuple(version)[:2] < V1_DEFAULT_VERSION
+    """vLLM before 0.8 (its V0 engine), the version given; a version not given is a current engine. A later
+    version that ran V0 (VLLM_USE_V1=0, or a setting V1 lacks, e.g. VLLM_ATTENTION_BACKEND=XFORMERS on vLLM
+    0.8, which logs "Falling back to V0") is written with a +v0 suffix: 0.8.4+v0."""
+    if engine != "vllm" or not version:
+        return False
+    return str(version).strip().lower().endswith("+v0") or version_tuple(version)[:2] < V1_DEFAULT_VERSION
 
 
 def engine_version_step_s(engine: str, version: Optional[str], scheduler_steps: int = 1) -> float:
@@ -260,13 +264,24 @@ def eager_host_s(num_layers: Optional[int], engine: str = "vllm", enforce_eager:
     return num_layers * EAGER_LAYER_S.get(engine, EAGER_LAYER_S["vllm"])
 
 
-def eager_step_s(device_s, host_s: float = 0.0):
+def eager_step_s(device_s, host_s=0.0):
     """A forward step's time when the host launches its kernels asynchronously: max(host, device).
     The host enqueues while the device runs, so the slower of the two sets the step (with CUDA graphs
-    ``host_s`` is 0 and the step is the device's). Floats or arrays."""
-    if not host_s:
+    ``host_s`` is 0 and the step is the device's). Floats or arrays (``host_s`` too)."""
+    if not np.any(host_s):
         return device_s
     return _out(np.maximum(device_s, host_s))
+
+
+def eager_host_step_s(launch_s: float, serial_s: float = 0.0, per_seq_s: float = 0.0, seqs=0.0):
+    """The host's time for one eager step: its launches (:func:`eager_host_s`) plus the scheduling work it does
+    before them, in turn (V0's step host time, ``serial_s``; sync scheduling's ``per_seq_s`` for each of ``seqs``
+    running sequences). The device's step holds that work too (as its fixed cost), so with the launches the
+    step is max(device, launches + scheduling): the launches cannot start before the scheduling ends. 0
+    without launches (CUDA graphs: the device's step holds it all)."""
+    if not launch_s:
+        return 0.0
+    return _out(launch_s + serial_s + per_seq_s * np.asarray(seqs, dtype=float))
 
 
 # ---------------------------------------------------------------- one engine's KV cache
