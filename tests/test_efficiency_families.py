@@ -92,3 +92,21 @@ def test_fp8_gemms_reach_a_smaller_share_than_bf16_ones_from_the_mamf_tables():
     gb200, b200 = efficiencies_for("GB200"), efficiencies_for("B200")
     assert gb200.decode_phi == pytest.approx(0.50 * 0.91) and b200.decode_phi == pytest.approx(0.50 * 0.97)
     assert "ml-engineering" in gb200.source and "x 0.90 with FP8 weights" in efficiencies_for("MI300X").source
+
+
+def test_cdna3_decode_gemms_pay_their_published_floor():
+    """A batch-1 weight GEMM on MI300X takes 7.2 us above its bytes (ROCm/aiter PR #1092), against 4 us on H100:
+    every decode step pays the difference on each of its GEMMs."""
+    from throughputlab import roofline as rf
+    from throughputlab.predict import Layout
+    mi = efficiencies_for("MI300X")
+    assert mi.gemm_floor_s == pytest.approx(7.2e-6) and "aiter PR #1092" in mi.source
+    assert efficiencies_for("H100 SXM").gemm_floor_s == rf.GEMM_FLOOR_S == DEFAULT_EFFICIENCIES.gemm_floor_s
+    assert efficiencies_for("MI325X").gemm_floor_s == mi.gemm_floor_s
+    from throughputlab.predict import analytic_model
+    spec = resolve_model("llama3.1-8b").spec
+    m, _, _ = analytic_model(spec, "MI300X", "bfloat16", mi, Layout(gpus=1))
+    n, _, _ = analytic_model(spec, "MI300X", "bfloat16", mi.model_copy(update={"gemm_floor_s": rf.GEMM_FLOOR_S}),
+                             Layout(gpus=1))
+    extra = spec.num_layers * rf.GEMMS_PER_LAYER * (7.2e-6 - rf.GEMM_FLOOR_S)
+    assert m.decode_step_s(1, 256) - n.decode_step_s(1, 256) == pytest.approx(extra)

@@ -40,6 +40,7 @@ class Efficiencies(BaseModel):
     train_phi_measured: bool = False  # calibrated from a profile's training fit
     decode_t0_s: float = rf.GRAPH_STEP_S  # the step's own fixed cost; predictions add the per-layer ones
     decode_t0_includes_layers: bool = False  # calibrated: t0 as measured, per-layer costs inside it
+    gemm_floor_s: float = rf.GEMM_FLOOR_S  # a decode weight GEMM's time above its bytes' (per device family)
     decode_t_seq_s: float = 0.0  # per sequence per decode step (measured only by an overhead probe)
     prefill_t0_s: float = 1.0e-3
     train_t0_s: float = 10e-3
@@ -67,7 +68,7 @@ class Efficiencies(BaseModel):
                                          "one roofline with the GEMMs over the summed bytes and FLOPs"),
                  f"fixed costs: decode step {self.decode_t0_s * 1e3:.3g} ms"
                  + ("" if self.decode_t0_includes_layers else
-                    f" + {rf.GEMMS_PER_LAYER * rf.GEMM_FLOOR_S * 1e6:.3g} us per layer (GEMM floors; eager mode adds its "
+                    f" + {rf.GEMMS_PER_LAYER * self.gemm_floor_s * 1e6:.3g} us per layer (GEMM floors; eager mode adds its "
                     "launches per layer)")
                  + f", prefill {self.prefill_t0_s * 1e3:.3g} ms, training micro-step {self.train_t0_s * 1e3:.3g} ms"]
         if self.decode_t_seq_s:
@@ -98,6 +99,12 @@ _XGMI = {"tp_small_alpha_s": rf.XGMI_SMALL_ALPHA_S, "tp_small_bw_share": rf.XGMI
 _XGMI_SRC = ("collectives from RCCL's all_reduce_perf on 8 MI300X (rocm.blogs.amd.com, MI300X RCCL xGMI, Mar 2025): "
              "small tensors 7.2 us + 150 GB/s bus bandwidth, large 56 us + 315 GB/s")
 _CDNA3_MAF = "FLOP/s shares from AMD's max-achievable FLOPs (rocm.blogs.amd.com, Measuring Max-Achievable FLOPs Part 2): "
+# A decode GEMM's floor on CDNA3: ROCm/aiter PR #1092 (MI300X, Sept 2025, tuning Llama 70B/405B GEMMs at TP 1/4/8): FP8
+# m=1 n=1280 k=8192 (10.5 MB of weights) in 10.7 us with the tuned pre-shuffled kernel, 17.6 us with the plain CK one;
+# its bytes take 3.5 us at the family's 3.0 TB/s, so 7.2 us above them (the tuned kernel's; H100's 4 us).
+_CDNA3_GEMM = {"gemm_floor_s": 7.2e-6}
+_CDNA3_GEMM_SRC = ("a decode GEMM 7.2 us above its bytes (ROCm/aiter PR #1092, MI300X FP8 m=1 1280x8192: 10.7 us "
+                   "tuned, 17.6 us untuned, for 3.5 us of bytes)")
 # FP8 GEMMs reach a smaller share of their (twice as high) peak than BF16 ones. Maximum achievable matmul FLOP/s
 # (stas00/ml-engineering, compute/accelerator/README.md, MAMF tables, @744d01e Aug 2026; no sparsity, torch 2.5-2.10):
 # H100 SXM BF16 794.5 of 989 (80.3%), FP8 1,402.6 of 1,979 (70.9%): 0.883; H200 FP8 1,453.4 (73.4%) against the
@@ -130,14 +137,16 @@ _FAMILY_ROWS: list[tuple[str, tuple[str, ...], Optional[str], dict[str, float], 
     # H100's 989 (73%; SemiAnalysis, "MI300X vs H100 vs H200 Benchmark Part 1: Training", Dec 2024): the CDNA3
     # shares are the stated ones x 0.54/0.73 = 0.74 (MI300X) and x 0.645/0.73 = 0.88 (MI325X), BF16's figure.
     ("AMD CDNA3", ("MI300X",), None,
-     {"decode_bw": 0.57, "decode_phi": 0.50 * 0.74, "prefill_phi": 0.60 * 0.74, "fp8_gemm_share": 0.90, **_XGMI},
+     {"decode_bw": 0.57, "decode_phi": 0.50 * 0.74, "prefill_phi": 0.60 * 0.74, "fp8_gemm_share": 0.90, **_XGMI,
+      **_CDNA3_GEMM},
      _CDNA3_BW + "; " + _CDNA3_MAF + "MI300X BF16 708 of 1,307 TFLOP/s, 54%, against about 73% on H100 (SemiAnalysis, "
-     "Dec 2024): x 0.74; FP8 1,273 of 2,615, 48.7%: x 0.90 with FP8 weights; " + _XGMI_SRC),
+     "Dec 2024): x 0.74; FP8 1,273 of 2,615, 48.7%: x 0.90 with FP8 weights; " + _XGMI_SRC + "; " + _CDNA3_GEMM_SRC),
     ("AMD CDNA3", ("MI325X",), None,
-     {"decode_bw": 0.57, "decode_phi": 0.50 * 0.88, "prefill_phi": 0.60 * 0.88, "fp8_gemm_share": 0.90, **_XGMI},
+     {"decode_bw": 0.57, "decode_phi": 0.50 * 0.88, "prefill_phi": 0.60 * 0.88, "fp8_gemm_share": 0.90, **_XGMI,
+      **_CDNA3_GEMM},
      _CDNA3_BW + "; " + _CDNA3_MAF + "MI325X BF16 843 of 1,307 TFLOP/s, 64.5%, against about 73% on H100 (SemiAnalysis, "
      "Dec 2024): x 0.88; FP8 58% against 64.5%: x 0.90 with FP8 weights; "
-     + _XGMI_SRC + " (the MI300X's, same links)"),
+     + _XGMI_SRC + " (the MI300X's, same links); " + _CDNA3_GEMM_SRC + " (the MI300X's, same CUs)"),
 ]
 
 

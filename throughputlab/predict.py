@@ -149,7 +149,7 @@ def analytic_model(spec: ModelSpec, gpu: str, dtype: str = "bfloat16", eff: Effi
     mem = float(ds.memory_bytes) if ds.memory_bytes else None
     settings, kv_tokens = size_kv(settings, costs, layout.tp, mem)  # per engine
     t0 = rf.decode_fixed_s(spec.num_layers, step_s=eff.decode_t0_s, gemm_floors=not eff.decode_t0_includes_layers,
-                           moe_layers=spec.moe.moe_layers if spec.moe else 0)
+                           moe_layers=spec.moe.moe_layers if spec.moe else 0, floor_s=eff.gemm_floor_s)
     t0 += rf.engine_version_step_s(settings.name, settings.version, settings.scheduler_steps)
     comm, _ = _comm(ds.device, layout, eff)
     model = ThroughputModel(

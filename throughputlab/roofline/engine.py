@@ -202,14 +202,14 @@ def admission_bound(concurrency: int, kv_seqs: Optional[int], max_num_seqs: Opti
 
 
 def decode_fixed_s(num_layers: int, step_s: float = GRAPH_STEP_S, gemm_floors: bool = True,
-                   moe_layers: int = 0) -> float:
+                   moe_layers: int = 0, floor_s: float = GEMM_FLOOR_S) -> float:
     """A decode step's fixed device cost: the step's own (scheduling, sampling, graph launch) and the
-    weight GEMMs' floors (GEMMS_PER_LAYER x GEMM_FLOOR_S per layer, the same on a 1/TP shard: modelled as
+    weight GEMMs' floors (GEMMS_PER_LAYER x ``floor_s`` per layer, GEMM_FLOOR_S on Hopper; the same on a 1/TP shard: modelled as
     a per-layer per-step fixed cost; ``gemm_floors=False`` when ``step_s`` was measured with them inside),
     and MOE_LAYER_FLOOR_S more for each of ``moe_layers`` MoE layers (the fused expert path's own).
     The same in eager mode: eager launches do not add to the device's time but bound the step from below
     (:func:`eager_step_s`)."""
-    return step_s + (num_layers * GEMMS_PER_LAYER * GEMM_FLOOR_S + moe_layers * MOE_LAYER_FLOOR_S
+    return step_s + (num_layers * GEMMS_PER_LAYER * floor_s + moe_layers * MOE_LAYER_FLOOR_S
                      if gemm_floors else 0.0)
 
 
