@@ -96,3 +96,5 @@ def test_a_later_vllm_that_ran_v0_is_written_plus_v0(capsys):
     from conftest import run_cli
     r = run_cli("predict", "-m", "qwen2.5-0.5b", "--gpu", "h100", "-c", "1", "--engine-version", "0.12.0+v0")
     assert r.returncode == 2 and "no V0 engine from 0.11 on" in r.stderr and "Traceback" not in r.stderr
+    bare = run_cli("predict", "-m", "qwen2.5-0.5b", "--gpu", "h100", "-c", "1", "--engine-version", "v0")
+    assert bare.returncode == 2 and "MAJOR.MINOR" in bare.stderr and "0.8.4+v0" in bare.stderr

@@ -69,10 +69,11 @@ class EngineOptions(BaseModel):
             raise UserError(f"--kv-cache-dtype {self.kv_cache_dtype}: use auto (the activations' 16 bits) or fp8")
         if self.engine_version is not None:
             try:
-                rf.version_tuple(self.engine_version)
+                if len(rf.version_tuple(self.engine_version)) < 2:
+                    raise ValueError(self.engine_version)
             except ValueError:
                 raise UserError(f"--engine-version {self.engine_version}: give it as MAJOR.MINOR[.PATCH], e.g. "
-                                "0.6.3") from None
+                                "0.6.3 (a 0.8-0.10 vLLM that ran its V0 engine: 0.8.4+v0)") from None
             if rf.is_v0(self.engine, self.engine_version) and rf.version_tuple(self.engine_version)[:2] >= (0, 11):
                 raise UserError(f"--engine-version {self.engine_version}: vLLM has no V0 engine from 0.11 on; drop "
                                 "the +v0 or give the version that ran it")
