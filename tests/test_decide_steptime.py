@@ -35,11 +35,15 @@ def test_colocated_step_is_the_sum_of_its_phases_with_hand_counted_micro_batches
     # each pass of an analytic profile pays its layers' host time: a forward 1.8 plain forwards, a training
     # micro-step 6.8 (no checkpointing; roofline.training)
     launch = m.costs.num_layers * TRAIN_LAYER_LAUNCH_S
+    # and the RL loss's pass over the vocabulary's logits at the memory bandwidth (10 GB/s here): 50 bytes a
+    # logit with the backward, 14 in a forward (roofline.rl_logits_s)
+    v = m.costs.vocab_size
+    logits = lambda b, per: b * seq * v * per / 10e9  # noqa: E731
     # two mini-batches of 20: one micro-batch of 12 and one of 8 each, an optimizer step each, two epochs
-    mini = m.train_step_s(12, seq) + m.train_step_s(8, seq) + 2 * 6.8 * launch + 0.2
+    mini = m.train_step_s(12, seq) + m.train_step_s(8, seq) + 2 * 6.8 * launch + logits(20, 50) + 0.2
     assert st.train_s == pytest.approx(2 * 2 * mini)
     assert st.optimizer_steps == 4
-    fwd = lambda b: 0.01 + (m.train_step_s(b, seq) - 0.01) / 3 + 1.8 * launch  # noqa: E731
+    fwd = lambda b: 0.01 + (m.train_step_s(b, seq) - 0.01) / 3 + 1.8 * launch + logits(b, 14)  # noqa: E731
     assert st.logprob_s == pytest.approx(2 * (3 * fwd(12) + fwd(4)))  # old policy + reference, 40 = 3*12 + 4
     assert st.sync_s == pytest.approx(all_weight_bytes(m.costs) / 5e9)  # device copy: read + write at 10 GB/s
     assert st.critic_s == 0

@@ -217,3 +217,29 @@ def test_decide_reads_ulysses_from_a_verl_config(tmp_path):
     assert data["shape"]["train"]["sequence_parallel"] == 2
     assert not any("sequence parallelism" in m or "context parallelism" in m for m in missing)
     assert any("Ulysses" in line for line in used)
+
+
+def test_the_rl_loss_pays_its_pass_over_the_vocabulary():
+    # 50 bytes a logit with the backward, 14 in a forward, at the memory bandwidth; split over shards
+    assert rf.rl_logits_s(1000, 150_000, 3e12, backward=True) == pytest.approx(1000 * 150_000 * 50 / 3e12)
+    assert rf.rl_logits_s(1000, 150_000, 3e12) == pytest.approx(1000 * 150_000 * 14 / 3e12)
+    assert rf.rl_logits_s(1000, 150_000, 3e12, True, shards=4) == pytest.approx(rf.rl_logits_s(1000, 150_000, 3e12,
+                                                                                              True) / 4)
+    assert rf.rl_logits_s(1000, None, 3e12) == 0.0 and rf.rl_logits_s(1000, 150_000, None) == 0.0
+    # a small model with a large vocabulary pays a large share (Qwen2.5-0.5B on an H100: about a third of a
+    # micro-step's compute), a 7B a small one
+    from throughputlab.predict import analytic_model
+    for name, lo, hi in (("qwen2.5-0.5b", 0.2, 0.6), ("qwen2.5-7b", 0.005, 0.05)):
+        m, _, _ = analytic_model(resolve_model(name).spec, "h100")
+        extra = rf.rl_logits_s(4096, m.costs.vocab_size, m.decode.bw_bytes_per_s, True)
+        assert lo < extra / float(m.train_step_s(4, 1024)) < hi, name
+
+
+def test_a_critic_s_value_head_has_no_logits_pass():
+    base = dict(prompt_len=64, response={"dist": "fixed:len=32"}, train=dict(micro_batch=4))
+    ppo = StepModel(model(), RLShape.model_validate({**base, "algo": "ppo"}))
+    st = ppo.step(8, 2)
+    # the critic is the policy's size: its value pass is a log-prob pass less the RL loss's logits pass
+    per_pass = st.logprob_s / 2  # old policy and reference
+    assert ppo.critic_forward_s(16, 96.0) == pytest.approx(per_pass - rf.rl_logits_s(
+        16 * 96, model().costs.vocab_size, model().decode.bw_bytes_per_s))

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict
 from throughputlab.calibration import DEFAULT_EFFICIENCIES
 from throughputlab.errors import UserError
 from throughputlab.records.peaks import INTER_NODE_BYTES_PER_S
-from throughputlab.roofline import own_nic_bytes_per_s, recompute_passes, ulysses_comm_s
+from throughputlab.roofline import own_nic_bytes_per_s, recompute_passes, rl_logits_s, ulysses_comm_s
 from throughputlab.roofline import rl as rf
 from throughputlab.roofline.memory import forward_bytes_per_sequence
 from throughputlab.throughput import ThroughputModel
@@ -147,3 +147,14 @@ def ulysses_pass(model: ThroughputModel, sp: int, backward: bool, launch_s: floa
             t += ulysses_comm_s(model.costs, b * s / sp, sp, comm.tp_busbw_bytes_per_s, comm.tp_alpha_s, passes)
         return t
     return one
+
+
+def rl_logits_pass(model: ThroughputModel, layout: Optional[MegatronLayout], sp: int,
+                   backward: bool) -> Callable[[float, float], float]:
+    """The RL loss's extra pass over the policy's logits for a micro-batch of ``b`` sequences of ``s`` tokens on
+    one GPU (roofline.rl_logits_s at the device's memory bandwidth): Megatron splits the vocabulary over TP,
+    Ulysses the sequences over its group."""
+    d = model.decode
+    bw = d.bw_mem_bytes_per_s or d.bw_bytes_per_s if d is not None else None
+    shards = layout.tp if layout is not None else sp
+    return lambda b, s: rl_logits_s(b * s, model.costs.vocab_size, bw, backward, shards)

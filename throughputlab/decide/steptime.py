@@ -211,14 +211,20 @@ class StepModel:
 
     def _pass(self, model: ThroughputModel, backward: bool):
         """One micro-batch's time (b sequences of s tokens): a forward, or forward and backward, plus its
-        launches; with Megatron, on one model replica (decide/backend.py)."""
+        launches and the RL loss's pass over the logits (the policy's, not a critic's value head); with
+        Megatron, on one model replica (decide/backend.py)."""
         launch = self._launch_s(model, backward)
         if self.layout is not None:
-            return be.megatron_pass(model, self.layout, backward, launch)
-        if self.sp > 1:
-            return be.ulysses_pass(model, self.sp, backward, launch)
-        step = model.train_step_s if backward else model.forward_s
-        return lambda b, s: step(b, s) + launch
+            one = be.megatron_pass(model, self.layout, backward, launch)
+        elif self.sp > 1:
+            one = be.ulysses_pass(model, self.sp, backward, launch)
+        else:
+            step = model.train_step_s if backward else model.forward_s
+            one = lambda b, s: step(b, s) + launch  # noqa: E731
+        if model is self.critic_model:
+            return one
+        logits = be.rl_logits_pass(model, self.layout, self.sp, backward)
+        return lambda b, s: one(b, s) + logits(b, s)
 
     def _forward_s(self, model: ThroughputModel, ranks: int, mb: int, seq_len: float) -> float:
         """A forward-only pass over ``ranks`` sequences per data-parallel rank in micro-batches of ``mb``
