@@ -85,7 +85,7 @@ def test_megatron_on_a_mixture_of_experts_keeps_its_share_and_reads_older_profil
     """A predicted MoE profile trains under Megatron at Megatron's share times the MoE share; a profile predicted
     before the MoE share (its rate the dense FSDP share) gets the same; the note states the share it gives."""
     from throughputlab import roofline as rf
-    from throughputlab.decide.steptime import backend_train_model
+    from throughputlab.decide.backend import backend_train_model
     from throughputlab.models import resolve_model
     from throughputlab.predict import analytic_model
     from throughputlab.records.peaks import lookup, peak_flops

@@ -243,3 +243,43 @@ def test_a_critic_s_value_head_has_no_logits_pass():
     per_pass = st.logprob_s / 2  # old policy and reference
     assert ppo.critic_forward_s(16, 96.0) == pytest.approx(per_pass - rf.rl_logits_s(
         16 * 96, model().costs.vocab_size, model().decode.bw_bytes_per_s))
+
+
+# -- Megatron context parallelism ---------------------------------------------------------------------------
+def test_context_parallel_key_value_ring_by_hand():
+    from throughputlab.roofline import rl as rf_rl
+    c = Costs.from_spec(resolve_model("qwen2.5-7b").spec, 2)
+    kv = c.kv_bytes_per_token / c.num_layers  # K and V of a token in a layer, 16-bit
+    # 8,192 tokens over CP 4 at TP 2: each GPU sends 3/4 of the tokens' K and V (its TP half) per layer
+    fwd = c.num_layers * (8192 * kv / 2 * 0.75 / 300e9 + 3 * 20e-6)
+    assert rf_rl.context_parallel_comm_s(c, 8192, 4, 2, 300e9, 20e-6) == pytest.approx(fwd)
+    assert rf_rl.context_parallel_comm_s(c, 8192, 4, 2, 300e9, 20e-6, backward=True) == pytest.approx(3 * fwd)
+    assert rf_rl.context_parallel_comm_s(c, 8192, 4, 2, 300e9, 20e-6, True, "full") == pytest.approx(4 * fwd)
+    assert rf_rl.context_parallel_comm_s(c, 8192, 1, 2, 300e9) == 0.0
+
+
+def _megatron_step(profile: str, cp: int, response: str):
+    from throughputlab.decide.calculator import DecideSpec, decide_from_spec
+    shape = {"prompt_len": 512, "response": {"dist": response}, "algo": "grpo",
+             "train": {"backend": "megatron", "tp": 2, "pp": 1, "sequence_parallel": cp,
+                       "activation_checkpointing": True, "mini_batch_samples": 128}}
+    spec = DecideSpec.model_validate({"profile": profile, "prompts": [32], "group": 8, "shape": shape,
+                                      "cluster": {"gpus": 8, "engine_tp": 1}})
+    d = decide_from_spec(spec)[0]
+    return d, next(r.step for r in d.rows if r.prompts == 32)
+
+
+def test_megatron_context_parallelism_splits_each_sequence_over_a_replica(h100_profile):
+    from throughputlab.errors import UserError
+    d1, one = _megatron_step(h100_profile, 1, "fixed:len=3584")
+    d2, two = _megatron_step(h100_profile, 2, "fixed:len=3584")
+    assert "TP 2 x PP 1 x CP 2" in " ".join(d2.notes) and "4 data-parallel replica(s)" not in " ".join(d2.notes)
+    # the compute per GPU is the same; CP adds its key-value exchanges: a little slower, never faster
+    assert one.train_s < two.train_s < 1.15 * one.train_s
+    # 128K-token sequences fit a CP-4 replica's GPUs where they fit no TP-2 one (activations 1/cp, the optimizer
+    # sharded over data-parallel x CP ranks)
+    with pytest.raises(UserError, match="not even one sequence fits"):
+        _megatron_step(h100_profile, 1, "fixed:len=130560")
+    assert _megatron_step(h100_profile, 4, "fixed:len=130560")[1].micro_batch >= 1
+    with pytest.raises(UserError, match="context parallel 3 does not divide the 8 training GPU"):
+        _megatron_step(h100_profile, 3, "fixed:len=3584")

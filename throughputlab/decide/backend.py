@@ -18,9 +18,10 @@ from typing import Callable, Optional
 
 from pydantic import BaseModel, ConfigDict
 
+from throughputlab import roofline as roof
 from throughputlab.calibration import DEFAULT_EFFICIENCIES
 from throughputlab.errors import UserError
-from throughputlab.records.peaks import INTER_NODE_BYTES_PER_S
+from throughputlab.records.peaks import INTER_NODE_BYTES_PER_S, balance_vs_reference, lookup, peak_flops
 from throughputlab.roofline import own_nic_bytes_per_s, recompute_passes, rl_logits_s, ulysses_comm_s
 from throughputlab.roofline import rl as rf
 from throughputlab.roofline.memory import forward_bytes_per_sequence
@@ -34,30 +35,40 @@ class MegatronLayout(BaseModel):
     ep: int
     dp: int
     per_node: int = 8  # GPUs of a node: an EP group larger than that crosses the network
+    cp: int = 1  # context parallelism: each sequence's tokens split over cp GPUs of a replica
 
     @property
     def model_parallel(self) -> int:
         return self.tp * self.pp
 
+    @property
+    def replica(self) -> int:
+        """GPUs of one model replica: TP x PP x CP (CP ranks hold the same weights, each a share of the tokens)."""
+        return self.tp * self.pp * self.cp
+
     def describe(self, gpus: int) -> str:
-        return (f"training backend: Megatron on {gpus} GPU(s), TP {self.tp} x PP {self.pp} (EP {self.ep}), "
+        return (f"training backend: Megatron on {gpus} GPU(s), TP {self.tp} x PP {self.pp}"
+                + (f" x CP {self.cp}" if self.cp > 1 else "") + f" (EP {self.ep}), "
                 f"{self.dp} data-parallel replica(s): weights resident (no FSDP all-gather per micro-batch), TP "
                 "all-reduces per layer at the node's link, EP's all-to-alls per MoE layer, the 1F1B bubble, the "
                 "distributed optimizer's gradient and parameter traffic per optimizer step; memory per rank from its "
-                "shards and the activations over TP; an approximation: no overlap of the TP and EP collectives "
-                "with compute")
+                "shards and the activations over TP" + (" and CP (its key-value exchange per layer at the node's "
+                                                        "link)" if self.cp > 1 else "")
+                + "; an approximation: no overlap of the TP, EP and CP collectives with compute")
 
 
 def layout_for(train, devices: int, per_node: int = 8) -> Optional[MegatronLayout]:
     """The Megatron layout of ``shape.train`` on ``devices`` training GPUs; None for FSDP. The data-parallel
-    size is what TP x PP leaves (at least one replica)."""
+    size is what TP x PP x CP leaves (at least one replica); CP is ``train.sequence_parallel``."""
     if train.backend != "megatron":
         return None
-    if devices % (train.tp * train.pp):
-        raise UserError(f"--train-tp {train.tp} x --train-pp {train.pp} does not divide the {devices} training GPU(s): "
-                        "Megatron runs GPUs = TP x PP x data-parallel replicas; give sizes whose product divides them")
-    return MegatronLayout(tp=train.tp, pp=train.pp, ep=train.ep, dp=max(devices // (train.tp * train.pp), 1),
-                          per_node=per_node)
+    cp = train.sequence_parallel
+    if devices % (train.tp * train.pp * cp):
+        raise UserError(f"--train-tp {train.tp} x --train-pp {train.pp}" + (f" x context parallel {cp}" if cp > 1 else "")
+                        + f" does not divide the {devices} training GPU(s): Megatron runs GPUs = TP x PP x CP x "
+                        "data-parallel replicas; give sizes whose product divides them")
+    return MegatronLayout(tp=train.tp, pp=train.pp, ep=train.ep, cp=cp,
+                          dp=max(devices // (train.tp * train.pp * cp), 1), per_node=per_node)
 
 
 def memory_model(model: ThroughputModel, layout: Optional[MegatronLayout], forward: bool = False,
@@ -75,9 +86,9 @@ def memory_model(model: ThroughputModel, layout: Optional[MegatronLayout], forwa
     per = forward_bytes_per_sequence(model.costs, t.seq_len) if forward and t.seq_len else None
     per = (t.mem_per_sample_bytes if per is None else min(per, t.mem_per_sample_bytes)) / max(sp, 1)
     update = {"mem_per_sample_bytes": per, "smallest_oom_micro_batch": None, "smallest_oom_by_seq_len": {}}
-    if layout is not None:
+    if layout is not None:  # a CP rank holds 1/cp of each sequence's activations
         update["mem0_bytes"], update["mem_per_sample_bytes"] = rf.megatron_memory_line(
-            model.costs, per, layout.tp, layout.pp, layout.ep, layout.tp * layout.pp * layout.dp)
+            model.costs, per / layout.cp, layout.tp, layout.pp, layout.ep, layout.tp * layout.pp * layout.dp * layout.cp)
     return model.model_copy(update={"train": t.model_copy(update=update)})
 
 
@@ -107,15 +118,20 @@ def megatron_pass(model: ThroughputModel, layout: MegatronLayout, backward: bool
         ep_link = rf.cross_node_tp_link(comm.tp_busbw_bytes_per_s, comm.tp_alpha_s, layout.ep, layout.per_node,
                                         inter, rf.INTER_NODE_ALPHA_S)
 
-    def one(b: float, s: float) -> float:
+    cp = layout.cp
+
+    def one(b: float, s: float) -> float:  # a CP rank computes 1/cp of the micro-batch's tokens
         coll = 0.0
         if comm is not None and layout.tp > 1:
-            coll += rf.megatron_tp_comm_s(model.costs, b * s, layout.tp, comm.tp_busbw_bytes_per_s, comm.tp_alpha_s,
-                                          backward, recompute)
+            coll += rf.megatron_tp_comm_s(model.costs, b * s / cp, layout.tp, comm.tp_busbw_bytes_per_s,
+                                          comm.tp_alpha_s, backward, recompute)
         if ep_link is not None:  # each TP rank dispatches its share of the micro-batch's tokens
-            coll += rf.megatron_ep_comm_s(model.costs, b * s / layout.tp, layout.ep, ep_link[0], ep_link[1],
+            coll += rf.megatron_ep_comm_s(model.costs, b * s / (layout.tp * cp), layout.ep, ep_link[0], ep_link[1],
                                           backward, recompute)
-        return rf.megatron_microbatch_s(float(step(b, s)), layout.tp, layout.pp, launch_s, coll)
+        if comm is not None and cp > 1:
+            coll += rf.context_parallel_comm_s(model.costs, b * s, cp, layout.tp, comm.tp_busbw_bytes_per_s,
+                                               comm.tp_alpha_s, backward, recompute)
+        return rf.megatron_microbatch_s(float(step(b, s)), layout.tp * cp, layout.pp, launch_s, coll)
     return one
 
 
@@ -126,7 +142,8 @@ def megatron_minibatch_extra_s(model: ThroughputModel, layout: MegatronLayout, p
     comm = model.comm
     if comm is None:
         return rf.megatron_minibatch_extra_s(passes_s, layout.pp, micro_batches, 0.0, 1.0)
-    sync = rf.megatron_dp_sync_s(model.costs, layout.model_parallel, layout.dp, comm.fsdp_busbw_bytes_per_s,
+    # CP ranks hold the same weights: the distributed optimizer shards and reduces over data-parallel x CP ranks
+    sync = rf.megatron_dp_sync_s(model.costs, layout.model_parallel, layout.dp * layout.cp, comm.fsdp_busbw_bytes_per_s,
                                  comm.fsdp_alpha_s) * param_scale
     return rf.megatron_minibatch_extra_s(passes_s, layout.pp, micro_batches, sync, comm.fsdp_hidden_share)
 
@@ -156,5 +173,25 @@ def rl_logits_pass(model: ThroughputModel, layout: Optional[MegatronLayout], sp:
     Ulysses the sequences over its group."""
     d = model.decode
     bw = d.bw_mem_bytes_per_s or d.bw_bytes_per_s if d is not None else None
-    shards = layout.tp if layout is not None else sp
+    shards = layout.tp * layout.cp if layout is not None else sp
     return lambda b, s: rl_logits_s(b * s, model.costs.vocab_size, bw, backward, shards)
+
+
+def backend_train_model(model: ThroughputModel, backend: str, device: Optional[str] = None
+                        ) -> tuple[ThroughputModel, str]:
+    """Megatron's share of the peak instead of FSDP's on a predicted profile (fitted, calibrated: kept; MoE: x share)."""
+    t = model.require("train")
+    if backend != "megatron" or model.source == "fit":
+        return model, f"training at the profile's {'measured' if model.source == 'fit' else 'FSDP'} FLOP/s"
+    dtype = {2: "bfloat16", 1: "fp8"}.get(model.costs.bytes_per_param, "float32")
+    ds = lookup(device) if device else None
+    peak, dense, moe = (peak_flops(ds, dtype), roof.train_mfu(ds.device, dtype)[0], roof.moe_train_share(
+        model.costs, balance_vs_reference(ds, dtype))[0]) if ds is not None else (None, 0.0, 1.0)
+    match = [m for m in (moe, 1.0) if peak and abs(dense * m * peak - t.phi_flops_per_s) <= 1e-6 * t.phi_flops_per_s]
+    if not match:
+        return model, ("training at the profile's stated FLOP/s (" + (f"{device or 'the profile names no device'}: no "
+                       "datasheet row" if ds is None else f"not the {ds.device} row's FSDP share") + ": kept)")
+    phi, share, source = roof.backend_train_rate(t.phi_flops_per_s * moe / match[0], ds.device, dtype, backend)
+    note = (f"Megatron training at {phi / peak:.0%} of the {ds.device} {dtype} peak, {phi / 1e12:.0f} TFLOP/s ({source}"
+            + (f"; x {moe:.2f} for a mixture of experts" if moe < 1 else "") + ")")
+    return model.model_copy(update={"train": t.model_copy(update={"phi_flops_per_s": phi})}), note

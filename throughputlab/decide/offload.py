@@ -15,12 +15,12 @@ from throughputlab.throughput import ThroughputModel
 def param_shards(model: ThroughputModel, gpus: int, layout=None) -> tuple[float, float]:
     """Parameters one training GPU holds, and its share of the optimizer state (in parameters): FSDP shards
     both over every training GPU; Megatron holds 1/(TP x PP) of the dense weights and 1/(TP x PP x EP) of the
-    experts, its distributed optimizer a further 1/DP of that."""
+    experts, its distributed optimizer a further 1/(DP x CP) of that."""
     if layout is None:
         shard = rf_rl.param_shard(model.costs, gpus)
         return shard, shard
     shard = rf_rl.param_shard(model.costs, layout.model_parallel, layout.ep)
-    return shard, shard / max(layout.dp, 1)
+    return shard, shard / max(layout.dp * layout.cp, 1)  # the optimizer over data-parallel x CP ranks
 
 
 def offload_s(model: ThroughputModel, train, gpus: int, layout=None, per_node: int = 1,

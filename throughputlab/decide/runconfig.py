@@ -77,7 +77,10 @@ def decide_data(rc: RunConfig) -> tuple[dict[str, Any], list[str], list[str]]:
         put("shape.train.tp", rc.train_tp, "Megatron tensor parallelism")
         put("shape.train.pp", rc.train_pp, "Megatron pipeline parallelism")
         put("shape.train.ep", rc.train_ep, "Megatron expert parallelism (two all-to-alls per MoE layer)")
-    if (rc.sequence_parallel or 1) > 1 and rc.train_strategy != "megatron":
+    if (rc.sequence_parallel or 1) > 1 and rc.train_strategy == "megatron":
+        put("shape.train.sequence_parallel", rc.sequence_parallel, "Megatron context parallelism: each sequence's "
+            "tokens split over that many GPUs of a replica, keys and values passed round the ring every layer")
+    elif (rc.sequence_parallel or 1) > 1:
         put("shape.train.sequence_parallel", rc.sequence_parallel, "sequence parallelism: each sequence split over "
             "that many GPUs, all-to-alls around attention (Ulysses; " + ("veRL's" if rc.framework == "verl" else
             "ring attention and context parallelism priced as Ulysses's all-to-alls, an approximation") + ")")
@@ -181,9 +184,6 @@ def _not_modelled(rc: RunConfig) -> list[str]:
     if rc.dynamic_batch and not rc.token_budget_per_gpu:
         out.append("token-budget micro-batches without a stated budget: predicted as the largest micro-batch that "
                    "fits the longest sequence")
-    if (rc.sequence_parallel or 1) > 1 and rc.train_strategy == "megatron":
-        out.append(f"context parallelism of {rc.sequence_parallel} under Megatron: not modelled (training as its "
-                   "TP x PP x EP layout alone)")
     if rc.framework == "nemo-rl" and rc.param_offload and rc.train_strategy != "megatron":
         out.append("dtensor cpu_offload: FSDP2 streams the parameters from host memory into every forward and "
                    "backward; priced as copies between phases only, so training is optimistic")

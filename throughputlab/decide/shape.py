@@ -71,7 +71,8 @@ class TrainShape(_Spec):
     sequence_parallel: int = Field(1, ge=1, description=(
         "FSDP training: Ulysses sequence parallelism (veRL's ulysses_sequence_parallel_size): each sequence split "
         "over this many GPUs, with all-to-alls around attention; micro-batches and token budgets count sequences "
-        "and tokens per group of that many GPUs (a token budget is per GPU, as veRL's), its activations split."))
+        "and tokens per group of that many GPUs (a token budget is per GPU, as veRL's), its activations split. "
+        "Megatron training: context parallelism (context_parallel_size), a replica of TP x PP x CP GPUs."))
     tp: int = Field(1, ge=1, description="Megatron training: tensor-parallel size of a model replica.")
     pp: int = Field(1, ge=1, description="Megatron training: pipeline stages of a model replica.")
     ep: int = Field(1, ge=1, description="Megatron training: expert-parallel size (MoE models).")

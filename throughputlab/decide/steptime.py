@@ -40,7 +40,6 @@ from throughputlab.decide.shape import (  # noqa: F401  (re-exported: the shape'
     TrainShape,
 )
 from throughputlab.errors import UserError
-from throughputlab.records.peaks import balance_vs_reference, lookup, peak_flops
 from throughputlab.roofline import Costs
 from throughputlab.roofline import rl as rf_rl
 from throughputlab.throughput import ThroughputModel
@@ -106,8 +105,10 @@ def micro_batch_for(model: ThroughputModel, requested: Optional[int], what: str 
                         f"set {what} in the RL shape file")
     if mb < 1:
         raise UserError("not even one sequence fits in device memory for training: use more training GPUs "
-                        "(--gpus), --activation-checkpointing, under Megatron larger --train-tp, --train-pp or "
-                        "--train-ep, or a device with more memory (--set shape.train.micro_batch=N overrides this check)")
+                        "(--gpus), --activation-checkpointing, sequence parallelism (--set shape.train.sequence_parallel=K:"
+                        " Ulysses under FSDP, context parallelism under Megatron), under Megatron larger --train-tp, "
+                        "--train-pp or --train-ep, or a device with more memory (--set shape.train.micro_batch=N "
+                        "overrides this check)")
     return mb
 
 
@@ -128,7 +129,7 @@ class StepModel:
         self.dist = shape.response.resolve()
         # memory must hold the longest sequence (a padded pass: every sequence at the padded length)
         self.train_seq_len = max(shape.prompt_len + self.dist.longest(), shape.train.padded_seq_len or 0)
-        train_model, self.train_rate_note = backend_train_model(train_model or model, shape.train.backend, device)
+        train_model, self.train_rate_note = be.backend_train_model(train_model or model, shape.train.backend, device)
         if placement is not None:
             model.require("decode")
             train_model = training_model(train_model or model, placement, shape.train.activation_checkpointing,
@@ -398,23 +399,3 @@ class _RatedLayout(be.MegatronLayout):
 
     def describe(self, gpus: int) -> str:  # decide's output says which training FLOP/s the layout ran at
         return f"{super().describe(gpus)}; {self.rate_note}"
-
-
-def backend_train_model(model: ThroughputModel, backend: str, device: Optional[str] = None
-                        ) -> tuple[ThroughputModel, str]:
-    """Megatron's share of the peak instead of FSDP's on a predicted profile (fitted, calibrated: kept; MoE: x share)."""
-    t = model.require("train")
-    if backend != "megatron" or model.source == "fit":
-        return model, f"training at the profile's {'measured' if model.source == 'fit' else 'FSDP'} FLOP/s"
-    dtype = {2: "bfloat16", 1: "fp8"}.get(model.costs.bytes_per_param, "float32")
-    ds = lookup(device) if device else None
-    peak, dense, moe = (peak_flops(ds, dtype), rf.train_mfu(ds.device, dtype)[0], rf.moe_train_share(
-        model.costs, balance_vs_reference(ds, dtype))[0]) if ds is not None else (None, 0.0, 1.0)
-    match = [m for m in (moe, 1.0) if peak and abs(dense * m * peak - t.phi_flops_per_s) <= 1e-6 * t.phi_flops_per_s]
-    if not match:
-        return model, ("training at the profile's stated FLOP/s (" + (f"{device or 'the profile names no device'}: no "
-                       "datasheet row" if ds is None else f"not the {ds.device} row's FSDP share") + ": kept)")
-    phi, share, source = rf.backend_train_rate(t.phi_flops_per_s * moe / match[0], ds.device, dtype, backend)
-    note = (f"Megatron training at {phi / peak:.0%} of the {ds.device} {dtype} peak, {phi / 1e12:.0f} TFLOP/s ({source}"
-            + (f"; x {moe:.2f} for a mixture of experts" if moe < 1 else "") + ")")
-    return model.model_copy(update={"train": t.model_copy(update={"phi_flops_per_s": phi})}), note

@@ -71,6 +71,23 @@ def pipeline_bubble(pp: int, micro_batches: int) -> float:
     return (pp - 1) / micro_batches
 
 
+def context_parallel_comm_s(costs: Costs, tokens, cp: int, tp: int, busbw: float, alpha_s: float = 0.0,
+                            backward: bool = False, recompute=False) -> float:
+    """Megatron's context parallelism over ``cp`` GPUs: each holds 1/cp of a sequence's tokens and passes its keys
+    and values round the ring so every rank attends over the whole sequence ((cp - 1) steps of its 1/cp share:
+    each GPU sends (cp - 1)/cp of the ``tokens``' K and V, its TP shard of the heads, per layer), once for a
+    forward; the backward sends them again and returns their gradients (2 more), a full recompute once more.
+    Megatron overlaps these exchanges with attention; counted here without overlap, as the layout's other
+    collectives. 0 for cp 1."""
+    if cp <= 1 or not costs.num_layers:
+        return 0.0
+    dense, _ = recompute_passes(recompute)
+    passes = 1 + (2 + dense if backward else 0)
+    kv = costs.kv_bytes_per_token / costs.num_layers / max(costs.bytes_per_param, 2) * ACTIVATION_BYTES / max(tp, 1)
+    per_layer = tokens * kv * (cp - 1) / cp
+    return float(passes * costs.num_layers * (per_layer / busbw + (cp - 1) * alpha_s))
+
+
 def megatron_microbatch_s(one_gpu_s: float, tp: int, pp: int, launch_s: float, collectives_s: float) -> float:
     """One micro-batch on a Megatron replica of ``tp x pp`` GPUs: the compute one GPU would take, split over
     them, plus one stage's share (``1/pp`` of the layers) of the model's per-layer launches and collectives."""
