@@ -110,3 +110,22 @@ def test_cdna3_decode_gemms_pay_their_published_floor():
                              Layout(gpus=1))
     extra = spec.num_layers * rf.GEMMS_PER_LAYER * (7.2e-6 - rf.GEMM_FLOOR_S)
     assert m.decode_step_s(1, 256) - n.decode_step_s(1, 256) == pytest.approx(extra)
+
+
+def test_a_grace_host_scales_the_engines_host_work():
+    """GB200's Grace CPU dispatches PyTorch ops 2.75x slower than an x86 H100 host (TransformerEngine #2053):
+    its eager launches and its sync scheduling's per-sequence host time are that much longer."""
+    from throughputlab import roofline as rf
+    from throughputlab.predict import Layout, analytic_model
+    from throughputlab.predict_engine import EngineOptions
+    gb = efficiencies_for("GB200")
+    assert gb.host_factor == pytest.approx(2.75) and "#2053" in gb.source
+    assert efficiencies_for("B200").host_factor == efficiencies_for("H100 SXM").host_factor == 1.0
+    spec = resolve_model("qwen2.5-0.5b").spec
+    eager = EngineOptions(enforce_eager=True, engine_version="0.10.0")
+    m, _, _ = analytic_model(spec, "GB200", "bfloat16", gb, Layout(gpus=1), eager)
+    n, _, _ = analytic_model(spec, "GB200", "bfloat16", gb.model_copy(update={"host_factor": 1.0}), Layout(gpus=1),
+                             eager)
+    assert m.eager_host_s == pytest.approx(2.75 * n.eager_host_s)
+    assert m.decode.t_seq_s == pytest.approx(2.75 * rf.SYNC_HOST_PER_SEQ_S)
+    assert m.decode_step_s(64, 200) > n.decode_step_s(64, 200)

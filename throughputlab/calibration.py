@@ -41,6 +41,7 @@ class Efficiencies(BaseModel):
     decode_t0_s: float = rf.GRAPH_STEP_S  # the step's own fixed cost; predictions add the per-layer ones
     decode_t0_includes_layers: bool = False  # calibrated: t0 as measured, per-layer costs inside it
     gemm_floor_s: float = rf.GEMM_FLOOR_S  # a decode weight GEMM's time above its bytes' (per device family)
+    host_factor: float = 1.0  # the host's PyTorch dispatch time against an x86 H100 host's (Grace: slower)
     decode_t_seq_s: float = 0.0  # per sequence per decode step (measured only by an overhead probe)
     prefill_t0_s: float = 1.0e-3
     train_t0_s: float = 10e-3
@@ -128,8 +129,16 @@ _FAMILY_ROWS: list[tuple[str, tuple[str, ...], Optional[str], dict[str, float], 
     ("NVIDIA Ada", ("L40S", "L4", "RTX 4090"), None, {}, ""),
     ("NVIDIA Blackwell", ("B200",), None, {"decode_phi": 0.50 * 0.97, "prefill_phi": 0.60 * 0.97, "fp8_gemm_share": 0.98},
      _BLACKWELL.format(bf16="77.6%", x=0.97, fp8=0.98)),
+    # GB200's host is a Grace CPU: NVIDIA/TransformerEngine issue #2053 times the CPU side of a torch.nn.Linear
+    # forward at 37.08 us on GB200 (33.17 on GH200) against 13.48 us on an H100 DGX (Xeon 8480C): 2.75x, which
+    # scales the engine's host-side costs (eager launches, V0's and sync scheduling's host work a decode step).
+    # Training passes' host time is not scaled: it is added to the device's (roofline.training.pass_launch_s),
+    # where a busy device hides most of a slower host's work; scaled, NeMo-RL's one-step-off GB200 step went
+    # from 1.01 to 1.24 of the published.
     ("NVIDIA Blackwell", ("GB200",), None, {"decode_phi": 0.50 * 0.91, "prefill_phi": 0.60 * 0.91,
-                                            "fp8_gemm_share": 0.99}, _BLACKWELL.format(bf16="72.9%", x=0.91, fp8=0.99)),
+                                            "fp8_gemm_share": 0.99, "host_factor": 2.75},
+     _BLACKWELL.format(bf16="72.9%", x=0.91, fp8=0.99) + "; its Grace host's PyTorch dispatch 2.75x an x86 H100 "
+     "host's (TransformerEngine issue #2053: a Linear forward's CPU side 37.08 us against 13.48)"),
     # CDNA3 compute: the datasheet peak is at the 2.1 GHz boost clock, which dense GEMMs do not hold. AMD's
     # max-achievable FLOPs (rocm.blogs.amd.com, "Measuring Max-Achievable FLOPs - Part 2", Feb 2025, hipBLASLt at
     # 4096x4864x32896): MI300X BF16 708 of 1,307 TFLOP/s (54%; FP8 1,273 of 2,615, 49%), MI325X BF16 843 (64.5%;
@@ -167,7 +176,8 @@ def efficiencies_for(device_key: str, engine: Optional[str] = None) -> Efficienc
     if not values:
         return DEFAULT_EFFICIENCIES.model_copy(update={"source": f"{DEFAULT_EFFICIENCIES.source}; {row}: no "
                                                        "published measurement found, so the generic defaults"})
-    shown = ", ".join(f"{k} {v * 1e6:.3g} us" if k.endswith("_s") else f"{k} {v:.0%}" for k, v in values.items())
+    shown = ", ".join(f"{k} {v * 1e6:.3g} us" if k.endswith("_s") else f"{k} x {v:.3g}" if k == "host_factor"
+                      else f"{k} {v:.0%}" for k, v in values.items())
     return DEFAULT_EFFICIENCIES.model_copy(update={**values, "source": f"stated defaults, {row}: {shown} from {src}"})
 
 

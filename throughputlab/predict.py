@@ -148,15 +148,16 @@ def analytic_model(spec: ModelSpec, gpu: str, dtype: str = "bfloat16", eff: Effi
     gemm_phi = phi_peak * (eff.fp8_gemm_share if dtype == "fp8" else 1.0)  # decode and prefill GEMMs
     mem = float(ds.memory_bytes) if ds.memory_bytes else None
     settings, kv_tokens = size_kv(settings, costs, layout.tp, mem)  # per engine
+    settings = settings.model_copy(update={"host_factor": eff.host_factor})
     t0 = rf.decode_fixed_s(spec.num_layers, step_s=eff.decode_t0_s, gemm_floors=not eff.decode_t0_includes_layers,
                            moe_layers=spec.moe.moe_layers if spec.moe else 0, floor_s=eff.gemm_floor_s)
-    t0 += rf.engine_version_step_s(settings.name, settings.version, settings.scheduler_steps)
+    t0 += rf.engine_version_step_s(settings.name, settings.version, settings.scheduler_steps) * eff.host_factor
     comm, _ = _comm(ds.device, layout, eff)
     model = ThroughputModel(
         source="analytic" if eff.source.startswith("stated defaults") else "calibrated",
         costs=costs, engine=settings, max_num_seqs=settings.max_num_seqs,
         decode=DecodeParams(t0_s=t0, bw_bytes_per_s=bw, phi_flops_per_s=eff.decode_phi * gemm_phi,
-                            t_seq_s=eff.decode_t_seq_s or rf.sync_host_per_seq_s(
+                            t_seq_s=eff.decode_t_seq_s or eff.host_factor * rf.sync_host_per_seq_s(
                                 settings.name, settings.version, settings.async_scheduling, settings.scheduler_steps),
                             bw_attn_bytes_per_s=eff.attention_bw * ds.memory_bandwidth_bytes_per_s if eff.attention_bw else None),
         prefill=PrefillParams(t0_s=eff.prefill_t0_s, bw_bytes_per_s=bw, phi_flops_per_s=eff.prefill_phi * gemm_phi),

@@ -181,13 +181,13 @@ class ThroughputModel(Record):
         engine, whose measured steps hold however its launches showed."""
         if self.source == "fit" or self.engine is None:
             return 0.0
-        return rf.eager_host_s(self.costs.num_layers, self.engine.name, self.engine.enforce_eager)
+        return rf.eager_host_s(self.costs.num_layers, self.engine.name, self.engine.enforce_eager) * self.engine.host_factor
 
     def _host_s(self, seqs=0.0):
         """An eager step's host time with its scheduling (rf.eager_host_step_s: V0's and sync scheduling's host
         work, which the step's t0 and t_seq hold, before the launches); 0 with CUDA graphs."""
         e, d = self.engine, self.decode
-        v0 = rf.engine_version_step_s(e.name, e.version, e.scheduler_steps) if e is not None else 0.0
+        v0 = rf.engine_version_step_s(e.name, e.version, e.scheduler_steps) * e.host_factor if e is not None else 0.0
         return rf.eager_host_step_s(self.eager_host_s, v0, d.t_seq_s if d is not None else 0.0, seqs)
 
     def decode_step_s(self, c, s):

@@ -106,6 +106,7 @@ class EngineSettings(BaseModel):
     version: Optional[str] = None  # the engine's version where it changes the step (vLLM before 0.8: V0)
     async_scheduling: Optional[bool] = None  # vLLM: None = its version's default (on from 0.14)
     scheduler_steps: int = 1  # vLLM V0 multi-step scheduling: decode steps per host round
+    host_factor: float = 1.0  # the host's dispatch time against an x86 H100 host's (calibration.Efficiencies)
     kv_rule: str = ""  # the rule (and source) that sized the KV cache, as printed
     kv_cache_bytes_per_gpu: Optional[float] = None  # what the rule gave on one device
 
