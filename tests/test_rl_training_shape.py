@@ -283,3 +283,14 @@ def test_megatron_context_parallelism_splits_each_sequence_over_a_replica(h100_p
     assert _megatron_step(h100_profile, 4, "fixed:len=130560")[1].micro_batch >= 1
     with pytest.raises(UserError, match="context parallel 3 does not divide the 8 training GPU"):
         _megatron_step(h100_profile, 3, "fixed:len=3584")
+
+
+def test_decide_takes_sequence_parallelism_as_a_flag(h100_profile):
+    from conftest import run_main
+    ok = run_main("decide", "--profile", h100_profile, "--prompts", "32", "--sequence-parallel", "2")
+    assert ok.exit_code == 0, ok.output
+    assert "Ulysses sequence parallelism over groups of 2 GPUs (4 data-parallel groups)" in ok.output
+    for bad in ("0", "3"):
+        r = run_main("decide", "--profile", h100_profile, "--prompts", "32", "--sequence-parallel", bad)
+        lines = [line for line in r.output.splitlines() if line.strip()]
+        assert r.exit_code == 2 and len(lines) == 1 and "sequence" in lines[0], r.output

@@ -21,7 +21,7 @@ DECIDE_FLAGS = {
                                   "sleep_level")},
     "activation_checkpointing": "shape.train.activation_checkpointing", "partial_rollout": "shape.partial_rollout",
     "off_policy_steps": "shape.off_policy_steps", "train_backend": "shape.train.backend",
-    **{f"train_{k}": f"shape.train.{k}" for k in ("tp", "pp", "ep")},
+    **{f"train_{k}": f"shape.train.{k}" for k in ("tp", "pp", "ep")}, "sequence_parallel": "shape.train.sequence_parallel",
     **{k: f"shape.engine.{k}" for k in ENGINE_KEYS},
 }
 # flags that set a section in their own way (they replace what the spec file gave there)
@@ -157,6 +157,7 @@ def build_spec(spec_file: Optional[Path], base: Optional[dict] = None, set_items
 @decide_option("--train-tp", "train_tp", type=int)
 @decide_option("--train-pp", "train_pp", type=int)
 @decide_option("--train-ep", "train_ep", type=int)
+@decide_option("--sequence-parallel", "sequence_parallel", type=int, metavar="K")
 @click.option("--against", default=None, metavar="LOG",
               help="RL run log (veRL JSONL, TRL trainer_state.json, CSV): per phase, its time beside the model's "
                    "for the same batch, response lengths and devices, and the ratio.")
