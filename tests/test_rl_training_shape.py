@@ -236,13 +236,18 @@ def test_the_rl_loss_pays_its_pass_over_the_vocabulary():
 
 
 def test_a_critic_s_value_head_has_no_logits_pass():
+    from throughputlab.roofline import rl as rf_rl
     base = dict(prompt_len=64, response={"dist": "fixed:len=32"}, train=dict(micro_batch=4))
     ppo = StepModel(model(), RLShape.model_validate({**base, "algo": "ppo"}))
     st = ppo.step(8, 2)
-    # the critic is the policy's size: its value pass is a log-prob pass less the RL loss's logits pass
+    # the critic is the policy less its output projection over the vocabulary: its value pass is a log-prob pass
+    # without the RL loss's logits pass, at the value model's FLOPs
     per_pass = st.logprob_s / 2  # old policy and reference
-    assert ppo.critic_forward_s(16, 96.0) == pytest.approx(per_pass - rf.rl_logits_s(
-        16 * 96, model().costs.vocab_size, model().decode.bw_bytes_per_s))
+    critic = model().model_copy(update={"costs": rf_rl.value_model_costs(model().costs)})
+    logits = rf.rl_logits_s(16 * 96, model().costs.vocab_size, model().decode.bw_bytes_per_s)
+    flops_saved = sum(float(m.forward_s(4, 96.0)) for m in (model(),)) - float(critic.forward_s(4, 96.0))
+    assert flops_saved > 0
+    assert ppo.critic_forward_s(16, 96.0) == pytest.approx(per_pass - logits - 4 * flops_saved)
 
 
 # -- Megatron context parallelism ---------------------------------------------------------------------------
@@ -294,3 +299,14 @@ def test_decide_takes_sequence_parallelism_as_a_flag(h100_profile):
         r = run_main("decide", "--profile", h100_profile, "--prompts", "32", "--sequence-parallel", bad)
         lines = [line for line in r.output.splitlines() if line.strip()]
         assert r.exit_code == 2 and len(lines) == 1 and "sequence" in lines[0], r.output
+
+
+def test_a_value_model_has_no_output_projection_over_the_vocabulary():
+    from throughputlab.roofline import rl as rf_rl
+    c = Costs.from_spec(resolve_model("qwen2.5-0.5b").spec, 2)
+    v = rf_rl.value_model_costs(c)
+    assert c.flops_per_token - v.flops_per_token == pytest.approx(2 * c.hidden_size * (c.vocab_size - 1))
+    assert 0.2 < 1 - v.flops_per_token / c.flops_per_token < 0.35  # a quarter of a 0.5B's FLOPs
+    assert v.total_weight_bytes == c.total_weight_bytes and v.kv_bytes_per_token == c.kv_bytes_per_token
+    seven = Costs.from_spec(resolve_model("qwen2.5-7b").spec, 2)
+    assert 0.05 < 1 - rf_rl.value_model_costs(seven).flops_per_token / seven.flops_per_token < 0.1

@@ -167,7 +167,7 @@ class StepModel:
             tr.logprob_micro_batch or self.micro_batch, "train.logprob_micro_batch")
         self.critic_model: Optional[ThroughputModel] = None
         if shape.algo == "ppo":
-            costs = critic_costs or self.train_model.costs
+            costs = rf_rl.value_model_costs(critic_costs or self.train_model.costs)  # a value head, no vocabulary
             self.critic_model = self.train_model.model_copy(update={"costs": costs})
             cs = shape.critic or CriticShape()
             cmb = rf.budget_micro_batch(cs.token_budget * self.sp, self.train_seq_len) if cs.token_budget else \
