@@ -105,7 +105,7 @@ def micro_batch_for(model: ThroughputModel, requested: Optional[int], what: str 
                         f"set {what} in the RL shape file")
     if mb < 1:
         raise UserError("not even one sequence fits in device memory for training: use more training GPUs "
-                        "(--gpus), --activation-checkpointing, sequence parallelism (--set shape.train.sequence_parallel=K:"
+                        "(--gpus), --activation-checkpointing, sequence parallelism (--sequence-parallel K:"
                         " Ulysses under FSDP, context parallelism under Megatron), under Megatron larger --train-tp, "
                         "--train-pp or --train-ep, or a device with more memory (--set shape.train.micro_batch=N "
                         "overrides this check)")
