@@ -635,7 +635,7 @@ def render_row(r: Row, verbose: bool) -> list[str]:
               f"{i['dtype']}; {i['prompts']} prompts x {i['group']}; {i['placement']}",
               f"   prompt: {i['prompt_len'] or 'the cap'} ({i['prompt_len_source']}); responses: "
               f"{i['response_dist'] or 'the config default'} ({i['response_source']})",
-              "   model phases (s): " + ", ".join(f"{k[:-2]} {_n(v)}" for k, v in r.step.items() if v),
+              "   model phases (s): " + ", ".join(f"{k[:-2]} {_n(v)}" for k, v in r.step.items() if v and k in PHASES),
               f"   {'timer':<44} {'published':>9} {'predicted':>9}  {'model':<10} {'pred/pub':>8}"]
     for c in r.compared:
         flag = "" if abs(c.ratio - 1) <= (STEP_TOL if c.model == "step" else PHASE_TOL) else "  *"
