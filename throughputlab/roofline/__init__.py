@@ -7,9 +7,10 @@ thousands of steps in one call. ``fit``, ``predict``, ``report`` and ``decide`` 
 and derive nothing themselves. Times in seconds, sizes in bytes. No torch, no scipy.
 
 ``core``: one device's step times and knees; ``memory``: memory lines and KV capacity;
-``devices``: collectives, tensor-parallel sharding, FSDP; ``engine``: an inference engine's KV
-rules, admission and decode fixed costs; ``training``: padded and packed passes, token-budget
-micro-batches and the per-layer launch cost of a training pass. Import the names from here.
+``devices``: collectives (rings over NVLink or the nodes' NICs, each GPU's own NIC), tensor-parallel
+sharding, FSDP; ``engine``: an inference engine's KV rules, admission, decode fixed costs and host time;
+``training``: padded and packed passes, token-budget micro-batches, the host time of a training pass,
+Ulysses' all-to-alls and the RL loss's pass over the vocabulary. Import the names from here.
 """
 
 from throughputlab.roofline.core import *  # noqa: F401,F403

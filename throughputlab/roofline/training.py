@@ -1,5 +1,6 @@
-"""How RL frameworks batch a training phase, and the fixed cost of each pass: padded or packed
-sequences, token-budget micro-batches, and the per-layer launch cost of an eager pass.
+"""How RL frameworks batch a training phase, and what each pass costs besides its FLOPs: padded or packed
+sequences, token-budget micro-batches, the host time of an eager pass, Ulysses sequence parallelism's
+all-to-alls and the RL loss's pass over the vocabulary's logits.
 
 Each rule is one function with its source (docs/model.md, "Training as frameworks batch it");
 ``decide`` calls them and derives nothing itself. Times in seconds.
