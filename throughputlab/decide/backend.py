@@ -19,9 +19,9 @@ from typing import Callable, Optional
 from pydantic import BaseModel, ConfigDict
 
 from throughputlab import roofline as roof
-from throughputlab.calibration import DEFAULT_EFFICIENCIES
+from throughputlab.decide.cluster import NIC_BUSBW_BYTES_PER_S
 from throughputlab.errors import UserError
-from throughputlab.records.peaks import INTER_NODE_BYTES_PER_S, balance_vs_reference, lookup, peak_flops
+from throughputlab.records.peaks import balance_vs_reference, lookup, peak_flops
 from throughputlab.roofline import own_nic_bytes_per_s, recompute_passes, rl_logits_s, ulysses_comm_s
 from throughputlab.roofline import rl as rf
 from throughputlab.roofline.memory import forward_bytes_per_sequence
@@ -114,7 +114,7 @@ def megatron_pass(model: ThroughputModel, layout: MegatronLayout, backward: bool
         # an all-to-all across nodes: each GPU's off-node tokens through its own NIC (roofline.own_nic_bytes_per_s)
         inter = comm.tp_busbw_bytes_per_s if layout.ep <= layout.per_node else (
             comm.fsdp_busbw_bytes_per_s if model.source == "fit" else
-            own_nic_bytes_per_s(comm.tp_busbw_bytes_per_s, 2, DEFAULT_EFFICIENCIES.comm_bw * INTER_NODE_BYTES_PER_S))
+            own_nic_bytes_per_s(comm.tp_busbw_bytes_per_s, 2, NIC_BUSBW_BYTES_PER_S))
         ep_link = rf.cross_node_tp_link(comm.tp_busbw_bytes_per_s, comm.tp_alpha_s, layout.ep, layout.per_node,
                                         inter, rf.INTER_NODE_ALPHA_S)
 
@@ -172,7 +172,7 @@ def rl_logits_pass(model: ThroughputModel, layout: Optional[MegatronLayout], sp:
     one GPU (roofline.rl_logits_s at the device's memory bandwidth): Megatron splits the vocabulary over TP,
     Ulysses the sequences over its group."""
     d = model.decode
-    bw = d.bw_mem_bytes_per_s or d.bw_bytes_per_s if d is not None else None
+    bw = (d.bw_mem_bytes_per_s or d.bw_bytes_per_s) if d is not None else None
     shards = layout.tp * layout.cp if layout is not None else sp
     return lambda b, s: rl_logits_s(b * s, model.costs.vocab_size, bw, backward, shards)
 

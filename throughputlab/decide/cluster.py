@@ -25,6 +25,9 @@ from throughputlab.records.peaks import INTER_NODE_BYTES_PER_S
 from throughputlab.roofline import rl as rf_rl
 from throughputlab.throughput import CommParams, ThroughputModel
 
+# one 400 Gb/s NIC per GPU at the stated collective efficiency: the network's rate per GPU
+NIC_BUSBW_BYTES_PER_S = DEFAULT_EFFICIENCIES.comm_bw * INTER_NODE_BYTES_PER_S
+
 COLOCATED_GPU_MEMORY_UTILIZATION = 0.5  # veRL's rollout default: the trainer's state stays on the devices
 SPLIT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default on devices that only generate
 
@@ -293,8 +296,8 @@ def cross_node_tp_comm(comm: CommParams, tp: int, per_node: int) -> CommParams:
     issue #290, two 8 x H100 nodes: 38.6 GB/s bus bandwidth at 8 MB, where FSDP's large messages reach the NICs
     together, roofline.network_ring_bytes_per_s) and latency (roofline.rl.INTER_NODE_ALPHA_S), without the
     small-message regime of vLLM's custom all-reduce, which needs NVLink peers (roofline.rl.cross_node_tp_link)."""
-    inter = DEFAULT_EFFICIENCIES.comm_bw * INTER_NODE_BYTES_PER_S
-    bw, alpha, _ = rf_rl.cross_node_tp_link(comm.tp_busbw_bytes_per_s, comm.tp_alpha_s, tp, per_node, inter,
+    bw, alpha, _ = rf_rl.cross_node_tp_link(comm.tp_busbw_bytes_per_s, comm.tp_alpha_s, tp, per_node,
+                                            NIC_BUSBW_BYTES_PER_S,
                                             rf_rl.INTER_NODE_ALPHA_S)
     return comm.model_copy(update={"tp_busbw_bytes_per_s": bw, "tp_alpha_s": alpha, "tp_small_alpha_s": None,
                                    "tp_small_busbw_bytes_per_s": None})
@@ -320,9 +323,9 @@ def relinked(comm: CommParams, nodes: int, gpus_per_group: int) -> CommParams:
     GPU at the stated collective efficiency, a ring over each group's NICs together), with the exposed share
     published for that many nodes. ``nodes`` counts link groups of ``gpus_per_group``: the NVLink domains
     spanned where a domain holds more than a node (GB200 NVL72)."""
-    inter = DEFAULT_EFFICIENCIES.comm_bw * INTER_NODE_BYTES_PER_S
     return comm.model_copy(update={
-        "fsdp_busbw_bytes_per_s": rf.fsdp_link_bytes_per_s(comm.tp_busbw_bytes_per_s, nodes, inter, gpus_per_group),
+        "fsdp_busbw_bytes_per_s": rf.fsdp_link_bytes_per_s(comm.tp_busbw_bytes_per_s, nodes, NIC_BUSBW_BYTES_PER_S,
+                                                           gpus_per_group),
         "fsdp_hidden_share": 1.0 - rf.fsdp_exposed_share(nodes)[0]})
 
 
@@ -358,8 +361,7 @@ def _refit_rate(model: ThroughputModel, groups: int) -> float:
     comm = model.comm
     if model.source == "fit":
         return comm.fsdp_busbw_bytes_per_s
-    nic = DEFAULT_EFFICIENCIES.comm_bw * INTER_NODE_BYTES_PER_S
-    return rf.own_nic_bytes_per_s(comm.tp_busbw_bytes_per_s, groups, nic)
+    return rf.own_nic_bytes_per_s(comm.tp_busbw_bytes_per_s, groups, NIC_BUSBW_BYTES_PER_S)
 
 
 def split_over_engines(prompts: int, engines: int) -> list[int]:

@@ -132,6 +132,12 @@ def profile_activation_bytes(costs: Costs, tokens: int, rows: int, tp: int = 1) 
     return tokens * (2 * h + 3 * w / max(tp, 1)) * ACTIVATION_BYTES + rows * v * SAMPLER_BYTES_PER_LOGIT
 
 
+def kv_activation_bytes_per_layer(costs: Costs) -> float:
+    """A token's keys and values in one layer as 16-bit activations (what collectives that move them carry,
+    whatever the KV cache's dtype): k per layer at the model's 16-bit width."""
+    return costs.kv_bytes_per_token / costs.num_layers / max(costs.bytes_per_param, 2) * ACTIVATION_BYTES
+
+
 # ---------------------------------------------------------------- KV rules (bytes per device)
 
 

@@ -28,7 +28,7 @@ import math
 
 from throughputlab.roofline.core import ADAM_BYTES_PER_PARAM, Costs, all_weight_bytes, recompute_passes, transfer_s
 from throughputlab.roofline.devices import allgather_s, reduce_scatter_s, tp_comm_s
-from throughputlab.roofline.engine import ACTIVATION_BYTES
+from throughputlab.roofline.engine import ACTIVATION_BYTES, kv_activation_bytes_per_layer
 
 MEGATRON_GRAD_BYTES = 2  # grad_reduce_in_fp32: False (Megatron-core DistributedDataParallelConfig default)
 # A small all-reduce between nodes: 19-20 us for 8 to 64 bytes over InfiniBand HDR between two 8-GPU A100 nodes
@@ -94,8 +94,7 @@ def context_parallel_comm_s(costs: Costs, tokens, cp: int, tp: int, busbw: float
         return 0.0
     dense, _ = recompute_passes(recompute)
     passes = 1 + (2 + dense if backward else 0)
-    kv = costs.kv_bytes_per_token / costs.num_layers / max(costs.bytes_per_param, 2) * ACTIVATION_BYTES / max(tp, 1)
-    per_layer = tokens * kv * (cp - 1) / cp
+    per_layer = tokens * kv_activation_bytes_per_layer(costs) / max(tp, 1) * (cp - 1) / cp
     return float(passes * costs.num_layers * (per_layer / busbw + (cp - 1) * alpha_s))
 
 

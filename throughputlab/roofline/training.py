@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Optional
 
 from throughputlab.roofline.core import Costs, recompute_passes
-from throughputlab.roofline.engine import ACTIVATION_BYTES
+from throughputlab.roofline.engine import ACTIVATION_BYTES, kv_activation_bytes_per_layer
 
 # An eager PyTorch forward pass exposes ~0.34 ms per transformer layer of kernel launches and Python
 # when the device work per kernel is small: vllm-omni issue #7960 (Qwen2.5-Omni-7B thinker on A800, 28
@@ -91,8 +91,8 @@ def ulysses_comm_s(costs: Costs, tokens_per_gpu: float, sp: int, bytes_per_s: fl
     checkpointing (the forward's again). 0 for sp 1 or a model without its layer widths."""
     if sp <= 1 or not costs.num_layers or not costs.hidden_size:
         return 0.0
-    kv = costs.kv_bytes_per_token / costs.num_layers / max(costs.bytes_per_param, 2) * ACTIVATION_BYTES  # K, V
-    per_layer = tokens_per_gpu * (2 * costs.hidden_size * ACTIVATION_BYTES + kv) * (sp - 1) / sp
+    per_layer = tokens_per_gpu * (2 * costs.hidden_size * ACTIVATION_BYTES + kv_activation_bytes_per_layer(costs)) \
+        * (sp - 1) / sp
     return float(passes * costs.num_layers * (per_layer / bytes_per_s + 4 * alpha_s))
 
 
