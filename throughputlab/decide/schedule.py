@@ -168,6 +168,15 @@ def _steps(records: list[tuple], preemptions: int, kv_limited: bool) -> Steps:
                  preemptions=preemptions, kv_limited=kv_limited)
 
 
+def _too_long(prompt_len: int, lengths, kv_cache_tokens: int) -> UserError:
+    """The one-line error for a sequence no engine's KV cache can hold, wherever the schedule meets it."""
+    longest = int(max(lengths))
+    return UserError(f"one request needs {prompt_len + longest} KV-cache tokens (prompt {prompt_len} + response "
+                     f"{longest}) but an engine's cache holds {kv_cache_tokens}: give the engines more memory "
+                     "(--gpu-memory-utilization, --kv-cache-gib, --engine-tp) or cap the responses lower "
+                     "(--response-dist ...,max=N)")
+
+
 class _KVLoop:
     """The event loop in plain Python integers, O(block) work per event whatever the concurrency.
 
@@ -307,8 +316,7 @@ class _KVLoop:
                             preemptions += 1
                         d = len(run)
                         if not d:
-                            raise UserError(f"one request needs {P + max(lengths)} KV-cache tokens but the cache "
-                                            f"holds {self.kv_cache_tokens}: raise kv_cache_tokens or lower max_tokens")
+                            raise _too_long(P, lengths, self.kv_cache_tokens)
                         records.append((d, s_off + d * (T + 1), 1, 0, 0, 0, 0, 0))
                         T += 1
                         used += cnt[(1 - T) % bs]
@@ -355,10 +363,7 @@ class _KVLoop:
                         new.append((i, q, (g if g > 1 else 1) if group > 1 and gr[gi] > 0 else q))
                         gr[gi] += 1
                 if n_dec == 0 and not new:
-                    raise UserError(f"one request needs {P + max(lengths)} KV-cache tokens (prompt {P} + response "
-                                    f"{max(lengths)}) but an engine's cache holds {self.kv_cache_tokens}: give the engines "
-                                    "more memory (--gpu-memory-utilization, --kv-cache-gib, --engine-tp) or cap the "
-                                    "responses lower (--response-dist ...,max=N)")
+                    raise _too_long(P, lengths, self.kv_cache_tokens)
                 q1 = q2 = rq1 = 0
                 for _, q, pre in new:
                     q1 += pre
