@@ -216,3 +216,73 @@ def test_a_trl_1x_config_reads_every_key():
     assert {k for k in tree if k not in keys and not any(k.startswith(x + ".") for x in keys)} == set()
     assert (rc.prompts_per_step, rc.responses_per_prompt, rc.placement, rc.reference) == (8, 8, "colocated", False)
     assert rc.knob("sapo_temperature_pos").note.startswith("loss and advantage")
+
+
+def test_a_comment_after_a_continuation_backslash_is_refused_naming_the_line(tmp_path):
+    # veRL's ppo_trainer/run_deepseek7b_llm_pfppo.sh writes "reweight_method=pow \  # [...]": the backslash escapes
+    # the blank, the comment ends the command, and the arguments below it would be lost without a word
+    p = tmp_path / "run_pfppo.sh"
+    p.write_text("set -x\npython3 -m verl.trainer.main_ppo \\\n    algorithm.adv_estimator=gae \\\n"
+                 "    algorithm.pf_ppo.reweight_method=pow \\  # [\"pow\", \"max_min\"]\n"
+                 "    data.train_batch_size=256 \\\n    trainer.n_gpus_per_node=4\n")
+    with pytest.raises(UserError, match=r"line 4: a comment follows the line's closing backslash") as e:
+        read_run_config(p)
+    assert "\n" not in str(e.value) and str(p) in str(e.value)
+    p.write_text(p.read_text().replace(' \\  # ["pow", "max_min"]', " \\"))  # the same script, the comment gone
+    rc = read_run_config(p)
+    assert (rc.prompts_per_step, rc.gpus) == (256, 4)
+
+
+def test_a_verl_script_without_its_gpu_count_takes_verls_default(tmp_path):
+    p = tmp_path / "run.sh"
+    p.write_text("python3 -m verl.trainer.main_ppo data.train_batch_size=64 actor_rollout_ref.rollout.n=4\n")
+    rc = read_run_config(p)
+    assert (rc.gpus_per_node, rc.nodes, rc.gpus) == (8, 1, 8)
+    assert "veRL's default 8" in rc.knob("trainer.n_gpus_per_node").note
+    p.write_text("python3 -m verl.trainer.main_ppo data.train_batch_size=64 trainer.n_gpus_per_node=2\n")
+    assert read_run_config(p).gpus == 2
+
+
+def test_a_comment_line_between_continued_lines_is_refused_naming_the_line(tmp_path):
+    # veRL's grpo_trainer/run_qwen3_vl-30b-megatron.sh: a "# ..." line inside the continued command ends it
+    p = tmp_path / "run_vl.sh"
+    p.write_text("python3 -m verl.trainer.main_ppo \\\n    data.train_batch_size=256 \\\n"
+                 "    # balance the experts\n    trainer.n_gpus_per_node=4 \\\n    trainer.nnodes=1\n")
+    with pytest.raises(UserError, match=r"line 3: a comment line inside the continued command") as e:
+        read_run_config(p)
+    assert "\n" not in str(e.value)
+    # a comment line above the command, or after it ends, is just a comment
+    p.write_text("# balance the experts\npython3 -m verl.trainer.main_ppo \\\n    data.train_batch_size=256 \\\n"
+                 "    trainer.n_gpus_per_node=4\n# done\n")
+    assert read_run_config(p).gpus == 4
+
+
+def test_newer_verl_reward_section_reads(tmp_path):
+    # newer veRL gathers the reward settings under reward: (verl/trainer/config/reward/reward.yaml)
+    p = tmp_path / "run.sh"
+    p.write_text("python3 -m verl.trainer.main_ppo data.train_batch_size=64 trainer.n_gpus_per_node=8 "
+                 "reward.reward_manager.name=dapo reward.reward_kwargs.overlong_buffer_cfg.len=512 "
+                 "reward.custom_reward_function.path=r.py reward.reward_model.enable=True "
+                 "reward.reward_model.rollout.gpu_memory_utilization=0.5\n")
+    rc = read_run_config(p)
+    assert rc.reward_model is True
+    assert "scored on the CPU" in rc.knob("reward.reward_manager").note
+    p.write_text("python3 -m verl.trainer.main_ppo data.train_batch_size=64 reward.reward_manger.name=dapo\n")
+    with pytest.raises(UserError, match="reward.reward_manger"):
+        read_run_config(p)
+
+
+def test_the_synchronous_partial_rollout_recipe_is_colocated(tmp_path):
+    # verl-recipe's recipe/partial_rollout: a synchronous trainer with async_training.partial_rollout alone and no
+    # rollout pool; the fully-async recipe names its rollout pool (rollout.n_gpus_per_node, rollout.nnodes)
+    p = tmp_path / "run_pr.sh"
+    p.write_text("python3 -m recipe.partial_rollout.main_ppo trainer.n_gpus_per_node=2 trainer.nnodes=1 "
+                 "data.train_batch_size=8 +async_training.partial_rollout=True actor_rollout_ref.rollout.n=8\n")
+    rc = read_run_config(p)
+    # hybrid_engine unstated: veRL's default (true), colocated
+    assert (rc.gpus, rc.placement, rc.off_policy_steps) == (2, None, None)
+    assert "synchronous partial-rollout recipe" in rc.knob("async_training").note
+    p.write_text("python3 -m recipe.fully_async_policy.fully_async_main trainer.n_gpus_per_node=4 trainer.nnodes=1 "
+                 "rollout.n_gpus_per_node=4 rollout.nnodes=1 data.train_batch_size=0 "
+                 "async_training.partial_rollout=True async_training.staleness_threshold=0.5\n")
+    assert read_run_config(p).placement == "one-step-off"

@@ -216,9 +216,33 @@ def commands(text: str, env: Optional[dict[str, str]] = None,
     return out
 
 
+_CUT = re.compile(r"\\[ \t]+#")  # a backslash, blanks, then a comment: "key=value \  # note"
+
+
+def _no_comment_after_continuation(text: str, src: str) -> None:
+    """A comment inside a continued command ends the command there, in bash as here: after a line's closing
+    backslash (which then escapes the blank, not the newline) or on a line of its own between continued lines.
+    The indented lines after it run as commands of their own, so the command would silently lose its later
+    arguments: refused, naming the line."""
+    lines = text.split("\n")
+    for n, line in enumerate(lines[:-1], 1):
+        nxt = lines[n]
+        if not (nxt[:1] in (" ", "\t") and nxt.strip() and not nxt.lstrip().startswith("#")):
+            continue
+        if _CUT.search(line):
+            where = "a comment follows the line's closing backslash"
+        elif line.lstrip().startswith("#") and n >= 2 and lines[n - 2].rstrip().endswith("\\"):
+            where = "a comment line inside the continued command"
+        else:
+            continue
+        raise UserError(f"{src}: line {n}: {where}, so the command ends there (bash ends it there too) and the "
+                        "lines after it are not its arguments; move the comment above the command")
+
+
 def find_command(text: str, markers: tuple[str, ...], src: str, what: str) -> tuple[list[str], list[str]]:
     """The launcher words up to the trainer (``ray job submit ... -- python3 -m X``) and the trainer's
     own arguments, for the first command that names one of ``markers``."""
+    _no_comment_after_continuation(text, src)
     for words in commands(text):
         for i, w in enumerate(words):
             # the trainer itself: a module run with -m / --module, or a script; not a word in an echo

@@ -57,6 +57,10 @@ def _dp(ctx: Ctx, sp_key: str) -> Optional[int]:
     return max(1, (gpus - (ctx.fields.get("rollout_gpus") or 0)) // sp)
 
 
+def _keys(section) -> list:
+    return list(section) if isinstance(section, dict) else []
+
+
 def _cluster(ctx: Ctx) -> None:
     gpn = ctx.int("trainer.n_gpus_per_node", note="GPUs per node of the trainer")
     nn = ctx.int("trainer.nnodes", note="nodes of the trainer")
@@ -65,7 +69,17 @@ def _cluster(ctx: Ctx) -> None:
     hybrid = ctx.bool("actor_rollout_ref.hybrid_engine",
                       note="true: generation and training share the GPUs (colocated); false: separate GPUs")
     split = hybrid is False or rgpn is not None or rnn is not None or ctx.has("async_training")
+    if split and ctx.has("async_training") and hybrid is not False and rgpn is None and rnn is None \
+            and set(_keys(ctx.raw("async_training"))) <= {"partial_rollout"}:
+        # recipe/partial_rollout (verl-project/verl-recipe): a synchronous trainer that sets only
+        # async_training.partial_rollout and has no rollout pool of its own: colocated, not fully async
+        split = False
+        ctx.ignore("async_training", "the synchronous partial-rollout recipe (no rollout pool): generation and "
+                   "training take turns on the same GPUs; carrying long responses into the next step is not modelled")
     if not split:
+        gpn = gpn if gpn is not None or ctx.stated("trainer.n_gpus_per_node") else _default_int(
+            ctx, "trainer.n_gpus_per_node", GPUS_PER_NODE_DEFAULT)
+        nn = nn if nn is not None or ctx.stated("trainer.nnodes") else _default_int(ctx, "trainer.nnodes", 1)
         ctx.set("gpus_per_node", gpn, "trainer.n_gpus_per_node")
         ctx.set("nodes", nn, "trainer.nnodes")
         if gpn is not None and nn is not None:
@@ -219,7 +233,14 @@ STEP_DEFAULTS = (("data.train_batch_size", "prompts_per_step", 1024),
                  ("data.max_prompt_length", "prompt_tokens_max", 512),
                  ("data.max_response_length", "response_tokens_max", 512),
                  (f"{R}.n", "responses_per_prompt", 1))
+GPUS_PER_NODE_DEFAULT = 8  # ppo_trainer.yaml's trainer.n_gpus_per_node (trainer.nnodes: 1)
 ROLLOUT_TP_DEFAULT = 2  # rollout.yaml's tensor_model_parallel_size (vLLM and SGLang; not effective for hf)
+
+
+def _default_int(ctx: Ctx, key: str, default: int) -> int:
+    """veRL's own value for a count the config leaves out, recorded as read and saying so."""
+    ctx.note(key, default, f"not set: veRL's default {default} (ppo_trainer.yaml)")
+    return default
 
 
 def _default(ctx: Ctx, key: str, value: Optional[bool], default: bool, field: Optional[str] = None) -> bool:
@@ -287,7 +308,9 @@ def _kl_and_roles(ctx: Ctx) -> None:
             _default(ctx, "critic.model.use_remove_padding", pad, False, "critic_remove_padding")
         _micro(ctx, "critic", "", "critic_micro_batch_sequences_per_gpu", "critic_token_budget_per_gpu",
                _dp(ctx, "critic.ulysses_sequence_parallel_size"), "critic update")
-    ctx.bool("reward_model.enable", "reward_model")
+    # newer veRL: reward.reward_model (reward/reward.yaml); before it, the top-level reward_model section
+    new = "reward.reward_model.enable"
+    ctx.bool(new if ctx.has(new) else "reward_model.enable", "reward_model")
 
 
 def _asynchronous(ctx: Ctx) -> None:
@@ -296,7 +319,7 @@ def _asynchronous(ctx: Ctx) -> None:
     own = ctx.bool(f"{A}.use_rollout_log_probs", note="true: the engine's log-probs replace the old log-prob pass")
     if own is not None:
         ctx.set("old_logprob", not own, f"{A}.use_rollout_log_probs")
-    if not ctx.has("async_training"):
+    if not ctx.has("async_training") or ctx.fields.get("placement") != "one-step-off":
         if ctx.fields.get("placement") == "one-step-off":
             ctx.set("off_policy_steps", 1, "actor_rollout_ref.hybrid_engine" if ctx.has(
                 "actor_rollout_ref.hybrid_engine") else "rollout.nnodes")

@@ -108,5 +108,11 @@ RULES: list[tuple[tuple[str, ...], str]] = [
       "reward_model.reward_loop_module_path", "reward_model.reward_loop_class_name"),
      "the reward function: scored on the CPU, not modelled"),
     (("reward_model",), "reward function and reward-model settings beyond reward_model.enable: not modelled"),
+    # newer veRL gathers both under one section (verl/trainer/config/reward/reward.yaml: num_workers,
+    # custom_reward_function, compute_score_kwargs, reward_manager, reward_model, sandbox_fusion)
+    (("reward.custom_reward_function", "reward.reward_manager", "reward.reward_kwargs", "reward.compute_score_kwargs",
+      "reward.sandbox_fusion", "reward.num_workers", "reward.reward_loop_*", "reward.launch_reward_fn_async"),
+     "the reward function: scored on the CPU, not modelled"),
+    (("reward",), "reward-model settings beyond reward.reward_model.enable: not modelled"),
     (("async_training",), "fully-async tuning (checkpoint engine, queue, validation): not modelled"),
 ]
