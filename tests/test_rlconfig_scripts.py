@@ -286,3 +286,18 @@ def test_the_synchronous_partial_rollout_recipe_is_colocated(tmp_path):
                  "rollout.n_gpus_per_node=4 rollout.nnodes=1 data.train_batch_size=0 "
                  "async_training.partial_rollout=True async_training.staleness_threshold=0.5\n")
     assert read_run_config(p).placement == "one-step-off"
+
+
+@pytest.mark.parametrize("module", ["recipe.reward_queue.main", "recipe.async_flow.grpo_main", "recipe.dapo.main_dapo"])
+def test_a_recipe_trainer_is_found_by_its_module_name(tmp_path, module):
+    p = tmp_path / "train.sh"
+    p.write_text(f"python3 -m {module} data.train_batch_size=32 actor_rollout_ref.rollout.n=4\n")
+    rc = read_run_config(p)
+    assert (rc.framework, rc.prompts_per_step, rc.responses_per_prompt) == ("verl", 32, 4)
+
+
+def test_a_gkd_recipe_is_refused_as_distillation(tmp_path):
+    p = tmp_path / "gkd.sh"
+    p.write_text("python3 -m main_gkd data.train_batch_size=32\n")
+    with pytest.raises(UserError, match="on-policy distillation"):
+        read_run_config(p)

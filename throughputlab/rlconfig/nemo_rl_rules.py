@@ -17,8 +17,8 @@ def alg(*names: str) -> tuple[str, ...]:
 
 
 RULES: list[tuple[tuple[str, ...], str]] = [
-    (("logger", f"{V}.enable_vllm_metrics_logger", f"{V}.vllm_metrics_logger_interval", f"{V}.use_tqdm"),
-     "logging"),
+    (("logger", f"{V}.enable_vllm_metrics_logger", f"{V}.vllm_metrics_logger_interval", f"{V}.use_tqdm")
+     + alg("debug_payload_metrics"), "logging"),
     (("checkpointing",), "checkpointing to disk: not part of a step"),
     (("_*",), "a helper section (a leading underscore) that other keys interpolate: not a setting"),
     (alg("val_period", "val_at_start", "val_at_end", "val_start_at", "max_val_samples", "val_batch_size",
@@ -28,6 +28,9 @@ RULES: list[tuple[tuple[str, ...], str]] = [
     (alg("max_num_epochs", "max_num_steps"), "run length: how many steps, not how long one takes"),
     (alg("policy_training_start_step"), "critic-only warm-up steps at the start of the run: not a steady step"),
     (("data", "policy.tokenizer", "sif_dir"), "data paths, prompts, tokenizer and container images"),
+    (alg("deduplicate_multimodal_data") + (f"{V}.limit_mm_per_prompt", "policy.is_vlm"),
+     "images, audio and video per prompt (vision and audio recipes): not modelled, the step is priced for its "
+     "text tokens"),
     (("env", "reward_penalties") + alg("reward_shaping", "reward_scaling"),
      "the reward environment's other settings (math-verify scoring is priced from env.math)"),
     (alg("use_dynamic_sampling", "dynamic_sampling_max_gen_batches", "dynamic_sampling_oversample_ratio", "batch_multiplier"),
@@ -50,12 +53,12 @@ RULES: list[tuple[tuple[str, ...], str]] = [
      "loss and advantage settings: the same forward and backward work per step"),
     (("policy.optimizer", "policy.scheduler", "policy.max_grad_norm", "policy.megatron_cfg.optimizer",
       "policy.megatron_cfg.scheduler"), "optimizer hyperparameters: the same work per step"),
-    ((f"{G}.temperature", f"{G}.top_p", f"{G}.top_k", f"{G}.stop_token_ids", f"{G}.stop_strings"),
+    ((f"{G}.temperature", f"{G}.top_p", f"{G}.top_k", f"{G}.stop_token_ids", f"{G}.stop_strings", f"{G}.bad_words"),
      "sampling settings: they change response lengths, which the step model takes as measured or given"),
     ((f"{V}.logprobs_mode", f"{V}.enforce_monotonicity", f"{V}.enable_thinking"),
      "which log-probs the engine returns, chat-template switches: the same work per token"),
     ((f"{G}.mcore_generation_config",), "settings of the Megatron generation backend: unused with vLLM"),
-    ((f"{V}.max_model_len",), "the engine's context: the sequence cap (policy.max_total_sequence_length)"),
+    ((f"{V}.max_model_len", f"{V}.cap_max_tokens_to_context"), "the engine's context: the sequence cap (policy.max_total_sequence_length)"),
     ((f"{V}.kv_cache_dtype", f"{V}.use_deep_gemm", f"{V}.num_last_layers_in_bf16", f"{V}.num_first_layers_in_bf16",
       f"{V}.pipeline_parallel_size", f"{V}.expert_parallel_size", f"{V}.enable_expert_parallel",
       f"{V}.quantization_ignored_layer_kws", f"{V}.is_mx", f"{V}.distributed_executor_backend", f"{G}.vllm_kwargs", f"{G}.colocated.resources"),

@@ -18,10 +18,12 @@ from throughputlab.rlconfig.common import apply_overrides
 from throughputlab.rlconfig.shell import find_command
 
 WHAT = "an RL launch config (veRL or NeMo-RL YAML, TRL GRPOConfig YAML/JSON, or a launch script)"
-VERL_MARKERS = ("verl.trainer.main_ppo", "main_ppo", "main_dapo", "fully_async_main", "verl.trainer.", ".main_")
+# A recipe's trainer is recipe.<name>.main_<x>, <x>_main or main (verl-recipe: main_ppo, grpo_main, main).
+VERL_MARKERS = ("verl.trainer.main_ppo", "main_ppo", "main_dapo", "fully_async_main", "verl.trainer.", ".main",
+                "_main", "main_gkd")
 # veRL entry points that take Hydra overrides but run no RL step.
 VERL_NOT_RL = {"main_generation": "offline generation", "main_eval": "evaluation", "sft_trainer": "SFT",
-               "main_generation_server": "generation server"}
+               "main_generation_server": "generation server", "main_gkd": "on-policy distillation (GKD)"}
 SCRIPT_SUFFIXES = (".sh", ".bash")
 YAML_SUFFIXES = (".yaml", ".yml", ".json")
 _RAY_PREFIX = re.compile(r"^\([\w.-]+ pid=\d+(?:, ip=[\d.]+)?\) ", re.M)
