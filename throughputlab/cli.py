@@ -82,7 +82,21 @@ def cli(verbose: int) -> None:
       throughputlab decide --profile prof.json ...             # which RL batch is fastest
     """
     level = logging.WARNING - 10 * min(verbose, 2)
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(_Formatter(with_names=verbose > 0))
+    logging.basicConfig(level=level, handlers=[handler])
+
+
+class _Formatter(logging.Formatter):
+    """'warning: ...' as the rest of the output words it; with -v, the module's name as well."""
+
+    def __init__(self, with_names: bool) -> None:
+        super().__init__("%(levelname)s %(name)s: %(message)s" if with_names else "%(levelname)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        record = logging.makeLogRecord(record.__dict__)  # a copy: other handlers see the record as it was
+        record.levelname = record.levelname.lower()
+        return super().format(record)
 
 
 def _terminate_as_interrupt(signum, frame) -> None:
