@@ -301,3 +301,12 @@ def test_a_gkd_recipe_is_refused_as_distillation(tmp_path):
     p.write_text("python3 -m main_gkd data.train_batch_size=32\n")
     with pytest.raises(UserError, match="on-policy distillation"):
         read_run_config(p)
+
+
+def test_a_recipe_hydra_config_over_verls_own_is_read_as_verl(tmp_path):
+    # recipe/dapo/config/dapo_trainer.yaml: no actor_rollout_ref of its own, only veRL's trainer in its defaults
+    p = tmp_path / "dapo_trainer.yaml"
+    p.write_text("hydra:\n  searchpath: [file://verl/trainer/config]\ndefaults:\n  - ppo_trainer\n  - _self_\n"
+                 "data:\n  gen_batch_size: ${data.train_batch_size}\nreward:\n  reward_manager:\n    name: dapo\n")
+    rc = read_run_config(p)
+    assert rc.framework == "verl" and rc.prompts_per_step == 1024  # veRL's default train_batch_size

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Optional
 
 from throughputlab.rlconfig.common import Ctx
+from throughputlab.rlconfig.hydra import PACKAGED
 
 A = "actor_rollout_ref.actor"
 R = "actor_rollout_ref.rollout"
@@ -27,6 +28,9 @@ STRATEGIES = ("fsdp", "fsdp2", "megatron")
 def looks_like(tree: dict) -> bool:
     if "actor_rollout_ref" in tree:
         return True
+    defaults = tree.get("defaults")
+    if isinstance(defaults, list) and any(d in PACKAGED for d in defaults if isinstance(d, str)):
+        return True  # a recipe's Hydra config over veRL's own (recipe/dapo/config/dapo_trainer.yaml)
     trainer = tree.get("trainer")
     return isinstance(trainer, dict) and "data" in tree and bool({"n_gpus_per_node", "nnodes"} & set(trainer))
 
