@@ -83,7 +83,8 @@ RULES: list[tuple[tuple[str, ...], str]] = [
       f"{R}.layer_name_map", f"{R}.server", f"{R}.custom", f"{R}.profiler", "*.checkpoint_engine",
       f"{R}.quantization", f"{R}.enable_sleep_mode", f"{R}.load_format_kwargs", f"{R}.mtp",
       f"{R}.prometheus", f"{R}.enable_rollout_routing_replay", f"{R}.pipeline_model_parallel_size",
-      f"{R}.data_parallel_size", f"{R}.expert_parallel_size", f"{R}.nnodes", f"{R}.sglang_rollout_mode",
+      f"{R}.data_parallel_size", f"{R}.expert_parallel_size", f"{R}.moe_tensor_parallel_size", f"{R}.nnodes",
+      f"{R}.sglang_rollout_mode",
       f"{R}.logprobs_mode", f"{R}.quantization_config_file", f"{R}.scheduling_policy"),
      "engine start-up, memory and parallel details the step model does not take (chunked prefill is on, "
      "the engine's context is the prompt plus response caps)"),
