@@ -225,3 +225,20 @@ def test_review_cases_a_comment_naming_grpoconfig_a_placement_flag_over_nemo_off
                       "num_processes: 8\n")
     data, _, missing = decide_data(read_run_config(server))
     assert "gpus" not in data.get("cluster", {}) and any("vllm_mode server" in m for m in missing)
+
+
+def test_a_refusal_resting_on_config_values_names_the_file_and_keys(q7_16xh100, tmp_path):
+    p = tmp_path / "run.sh"
+    p.write_text("python3 -m verl.trainer.main_ppo data.train_batch_size=64 actor_rollout_ref.rollout.n=4 "
+                 "trainer.n_gpus_per_node=16 trainer.nnodes=1\n")
+    r = run_main("decide", "--profile", str(q7_16xh100), "--config", str(p))
+    out = r.output.strip()
+    assert r.exit_code == 2 and len(out.splitlines()) == 1, out
+    assert "holds at most 8 GPUs" in out and f"from --config {p}: trainer.n_gpus_per_node=16, trainer.nnodes=1" in out
+    # the flags given replace what the config set: the refusal no longer rests on the config's GPU counts
+    r = run_main("decide", "--profile", str(q7_16xh100), "--config", str(p), "--gpus", "16", "--nodes", "1")
+    assert r.exit_code == 2 and "from --config" not in r.output, r.output
+    p.write_text("python3 -m verl.trainer.main_ppo data.train_batch_size=64 trainer.n_gpus_per_node=2 "
+                 "actor_rollout_ref.actor.ulysses_sequence_parallel_size=4 actor_rollout_ref.rollout.tensor_model_parallel_size=1\n")
+    r = run_main("decide", "--profile", str(q7_16xh100), "--config", str(p))
+    assert r.exit_code == 2 and "actor_rollout_ref.actor.ulysses_sequence_parallel_size=4" in r.output, r.output

@@ -191,8 +191,7 @@ def decide(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, 
         --prompt-len 512 --response-dist lognormal:mean=600,sigma=0.7,max=2048 \\
         --curves runs.csv --target 0.7 --lr-rule sqrt --html decide.html
     """
-    from throughputlab.decide.against import LOG_FLAGS, LogChecks
-    from throughputlab.decide.calculator import decide_from_spec
+    from throughputlab.decide.against import LOG_FLAGS
     from throughputlab.decide.report import decision_section, decision_text, placements_section, placements_text
     from throughputlab.settings.options import flag_names, given
     from throughputlab.settings.options import print_spec as echo_spec
@@ -216,7 +215,11 @@ def decide(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, 
         config_text = "\n".join(lines) + "\n"
     elif config_sets or framework:
         raise UserError("--config-set and --framework go with --config FILE (the run's launch config)")
-    spec = build_spec(spec_file, base, set_items, flag_names(ctx), **given(ctx, flags))
+    try:
+        spec = build_spec(spec_file, base, set_items, flag_names(ctx), **given(ctx, flags))
+        decisions = None if print_spec else _decide(spec, logs)
+    except UserError as e:
+        raise _with_config_keys(e, config_record, ctx) from None
     if config_text and lengths_line and "response" not in spec.shape.model_fields_set:
         config_text += lengths_line + "\n"
     if print_spec:
@@ -224,11 +227,7 @@ def decide(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, 
             click.echo(config_text, err=True)  # stdout is the spec file
         echo_spec(spec)
         return
-    checks = LogChecks(spec, **logs) if any(logs.values()) else None
-    if checks is not None:
-        spec = checks.spec
-    # every refusal comes before anything is printed: the config's listing and the log checks follow the decision
-    decisions = decide_from_spec(spec, adjust_step=checks.hook if checks else None)
+    decisions, checks = decisions
     if config_text:
         click.echo(config_text)
     if checks is not None:
@@ -271,6 +270,32 @@ def decide(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, 
         page = render_html("throughputlab decide", sections, subtitle=f"profile {spec.profile}")
         _write(html_out, page, "--html")
         click.echo(f"wrote {html_out}")
+
+
+def _decide(spec, logs: dict):
+    """The decisions and the log checks. Every refusal comes before anything is printed: the config's listing
+    and the log checks follow the decision."""
+    from throughputlab.decide.against import LogChecks
+    from throughputlab.decide.calculator import decide_from_spec
+
+    checks = LogChecks(spec, **logs) if any(logs.values()) else None
+    if checks is not None:
+        spec = checks.spec
+    return decide_from_spec(spec, adjust_step=checks.hook if checks else None), checks
+
+
+def _with_config_keys(e: UserError, record: Optional[dict], ctx: click.Context) -> UserError:
+    """A refusal that rests on values the config set, with the file and those keys named."""
+    if record is None:
+        return e
+    from throughputlab.decide.runconfig import config_keys_behind
+
+    given_flags = {o for p in ctx.command.params if p.opts
+                   and ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE for o in p.opts}
+    keys = config_keys_behind(str(e), record, given_flags)
+    if not keys or str(record["file"]) in str(e):
+        return e
+    return UserError(f"{e} (from --config {record['file']}: {', '.join(keys)})")
 
 
 def _write(path: Path, text: str, option: str) -> None:

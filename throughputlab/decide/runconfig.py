@@ -330,3 +330,25 @@ def read(path: str, overrides: tuple[str, ...] = (),
               "ignored": [k.model_dump(mode="json") for k in rc.ignored],
               "timers": [line.strip() for line in timer_lines(rc.framework, rc.placement)]}
     return data, describe(rc, used, missing), record
+
+
+# The run-config fields behind each of decide's words, for naming the config keys a refusal rests on.
+_FIELDS_OF = {"--gpus": ("gpus", "gpus_per_node", "rollout_gpus"), "--nodes": ("nodes", "gpus_per_node"),
+              "--engine-tp": ("rollout_tp",), "--gpu-memory-utilization": ("gpu_memory_utilization",),
+              "--max-num-seqs": ("max_num_seqs",), "--max-num-batched-tokens": ("max_num_batched_tokens",),
+              "--sequence-parallel": ("sequence_parallel",), "sequence_parallel": ("sequence_parallel",),
+              "--train-tp": ("train_tp",), "--train-pp": ("train_pp",), "--train-ep": ("train_ep",),
+              "micro_batch": ("micro_batch_sequences_per_gpu", "logprob_micro_batch_sequences_per_gpu"),
+              "--placement": ("placement", "rollout_gpus"), "--gen-gpus": ("rollout_gpus",)}
+
+
+def config_keys_behind(message: str, record: dict, given: set[str]) -> list[str]:
+    """The config's ``key=value`` pairs that set what a refusal names (its flags and settings), leaving out
+    those a flag of the command line replaced (``given``: the flags given)."""
+    fields = {f for word, fs in _FIELDS_OF.items() if word in message and word not in given for f in fs}
+    out = []
+    for k in record.get("read", []):
+        set_here = set(re.findall(r"(?:^|; )(\w+) = ", k["note"]))
+        if set_here & fields:
+            out.append(f"{k['key']}={_short(k['value'])}")
+    return out
