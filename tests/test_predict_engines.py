@@ -295,11 +295,32 @@ def test_vllm_without_async_scheduling_adds_host_time_per_running_sequence():
         assert sync - asy == pytest.approx(13e-6 * c, rel=1e-6)
 
 
+def test_v0_over_several_gpus_pays_its_per_sequence_host_time():
+    """vLLM's V0 engine at TP > 1 builds and broadcasts each running sequence's inputs every decode step:
+    V0_TP_HOST_PER_SEQ_S a sequence (Argonne's TP-4 and dstack's TP-8 V0 sweeps); at TP 1 and on V1 the
+    scheduling figure alone."""
+    assert rf.sync_host_per_seq_s("vllm", "0.5.4", tp=4) == rf.V0_TP_HOST_PER_SEQ_S == 0.12e-3
+    assert rf.sync_host_per_seq_s("vllm", "0.8.4+v0", tp=2) == rf.V0_TP_HOST_PER_SEQ_S
+    assert rf.sync_host_per_seq_s("vllm", "0.5.4", tp=1) == rf.SYNC_HOST_PER_SEQ_S
+    assert rf.sync_host_per_seq_s("vllm", "0.9.0", tp=4) == rf.SYNC_HOST_PER_SEQ_S  # V1: scheduling alone
+    assert rf.sync_host_per_seq_s("vllm", "0.6.3", None, 8, tp=8) == pytest.approx(rf.V0_TP_HOST_PER_SEQ_S / 8)
+    spec = resolve_model("llama3.1-70b").spec
+    v0, _, _ = analytic_model(spec, "h100", layout=Layout(gpus=4, tp=4), engine=EngineOptions(engine_version="0.5.4"))
+    v1, _, _ = analytic_model(spec, "h100", layout=Layout(gpus=4, tp=4), engine=EngineOptions(engine_version="0.9.0"))
+    grow_v0 = v0.decode_step_s(64, 300) - v0.decode_step_s(16, 300)
+    grow_v1 = v1.decode_step_s(64, 300) - v1.decode_step_s(16, 300)
+    assert grow_v0 - grow_v1 == pytest.approx(48 * (rf.V0_TP_HOST_PER_SEQ_S - rf.SYNC_HOST_PER_SEQ_S), rel=1e-6)
+    r = run_main("predict", "--model", "llama3.1-70b", "--gpu", "h100", "--tp", "4", "-c", "1",
+                 "--engine-version", "0.5.4")
+    assert r.exit_code == 0 and "+120 us of host time per running sequence" in r.output, r.output
+
+
 def test_async_scheduling_is_a_predict_setting_and_a_bad_value_is_one_line():
     from conftest import refused
 
     r = run_main("predict", "--model", "llama3.1-8b", "--gpu", "h100", "-c", "1", "--engine-version", "0.9.0")
-    assert r.exit_code == 0 and "no async scheduling: +13 us of host time per running sequence" in r.output
+    assert r.exit_code == 0 and "+13 us of host time per running sequence" in r.output
+    assert "SYNC_HOST_PER_SEQ_S: no async scheduling" in r.output
     r = run_main("predict", "--model", "llama3.1-8b", "--gpu", "h100", "-c", "1", "--engine-version", "0.9.0",
                  "--async-scheduling")
     assert r.exit_code == 0 and "; async scheduling" in r.output

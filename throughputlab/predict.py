@@ -28,6 +28,7 @@ from throughputlab.fit.schema import FitResult
 from throughputlab.models.quant import checkpoint_lines
 from throughputlab.models.spec import ModelSpec, dtype_bytes
 from throughputlab.predict_engine import EngineOptions, check_parts, engine_lines, resolve, size_kv
+from throughputlab.predict_engine import t_seq_s as _t_seq_s
 from throughputlab.records.base import now_iso
 from throughputlab.records.fit import GenerationFit, ParamEstimate, Peaks
 from throughputlab.records.machine import Environment, Hardware
@@ -157,8 +158,7 @@ def analytic_model(spec: ModelSpec, gpu: str, dtype: str = "bfloat16", eff: Effi
         source="analytic" if eff.source.startswith("stated defaults") else "calibrated",
         costs=costs, engine=settings, max_num_seqs=settings.max_num_seqs,
         decode=DecodeParams(t0_s=t0, bw_bytes_per_s=bw, phi_flops_per_s=eff.decode_phi * gemm_phi,
-                            t_seq_s=eff.decode_t_seq_s or eff.host_factor * rf.sync_host_per_seq_s(
-                                settings.name, settings.version, settings.async_scheduling, settings.scheduler_steps),
+                            t_seq_s=eff.decode_t_seq_s or eff.host_factor * _t_seq_s(settings, layout.tp),
                             bw_attn_bytes_per_s=eff.attention_bw * ds.memory_bandwidth_bytes_per_s if eff.attention_bw else None),
         prefill=PrefillParams(t0_s=eff.prefill_t0_s, bw_bytes_per_s=bw, phi_flops_per_s=eff.prefill_phi * gemm_phi),
         train=TrainParams(t0_s=eff.train_t0_s, phi_flops_per_s=train_mfu(ds.device, dtype, eff, costs)[0] * phi_peak,
@@ -326,7 +326,7 @@ def predict_analytic(spec: ModelSpec, gpu: str, *, dtype: str = "bfloat16", cali
     mfu, mfu_source = train_mfu(hw.device_name, dtype, eff, model.costs)
     exposed, exposed_source = fsdp_exposed(layout.nodes, eff)
     assumptions = quant_lines + eff.describe() + engine_lines(model.engine, model.kv_cache_tokens, kv_seqs, prompt_len,
-                                                              output_len) + [
+                                                              output_len, layout.tp) + [
         "generation: an engine runs min(concurrency, KV-cache sequences, max_num_seqs) at once and queues the rest",
         f"training FLOP/s: {mfu:.0%} of the {dtype} peak; {mfu_source}",
         f"training activation checkpointing: {mode} (" + {

@@ -198,8 +198,13 @@ def size_kv(settings: rf.EngineSettings, costs: rf.Costs, tp: int, device_bytes:
     return settings.model_copy(update=update), tokens
 
 
+def t_seq_s(s: rf.EngineSettings, tp: int = 1) -> float:
+    """The host time per running sequence of the engine's decode step (rf.sync_host_per_seq_s)."""
+    return rf.sync_host_per_seq_s(s.name, s.version, s.async_scheduling, s.scheduler_steps, tp)
+
+
 def engine_lines(settings: rf.EngineSettings, kv_tokens: Optional[int], kv_seqs: Optional[int], prompt_len: int,
-                 output_len: int) -> list[str]:
+                 output_len: int, tp: int = 1) -> list[str]:
     """What the prediction's engine is and what its KV rule gave, for the header and the assumptions."""
     s = settings
     mode = "eager (no CUDA graphs)" if s.enforce_eager else "CUDA graphs"
@@ -209,10 +214,11 @@ def engine_lines(settings: rf.EngineSettings, kv_tokens: Optional[int], kv_seqs:
                                               "(roofline.engine.V0_STEP_HOST_S" + (
                                                   f", once per {s.scheduler_steps} steps: multi-step scheduling"
                                                   if s.scheduler_steps > 1 else "") + ")" if v0 else ""))
-    sync = rf.sync_host_per_seq_s(s.name, s.version, s.async_scheduling, s.scheduler_steps)
+    sync = t_seq_s(s, tp)
     if sync:
-        mode += (f"; no async scheduling: +{sync * 1e6:.2g} us of host time per running sequence a decode step "
-                 "(roofline.engine.SYNC_HOST_PER_SEQ_S)")
+        which = "V0_TP_HOST_PER_SEQ_S: V0 over several GPUs" if sync * max(s.scheduler_steps, 1) == \
+            rf.V0_TP_HOST_PER_SEQ_S else "SYNC_HOST_PER_SEQ_S: no async scheduling"
+        mode += f"; +{sync * 1e6:.3g} us of host time per running sequence a decode step (roofline.engine.{which})"
     elif s.name == "vllm":
         mode += "; async scheduling"
     frac = {"vllm": "gpu_memory_utilization", "sglang": "mem_fraction_static",

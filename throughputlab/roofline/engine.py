@@ -68,6 +68,16 @@ V1_DEFAULT_VERSION = (0, 8)
 # add more host work per sequence (vLLM PR #57442: 0.67-0.73x tokens/s at 64-512 on a small model, serving path);
 # not added here, no offline measurement.
 SYNC_HOST_PER_SEQ_S = 13e-6
+# vLLM's V0 engine across several GPUs (TP > 1) does more per running sequence a decode step: besides scheduling,
+# the driver builds each sequence's metadata and broadcasts the step's inputs to the other ranks (vLLM issues
+# #4440 and #6241 on that broadcast's cost). Two published V0 sweeps on H100 hosts, below the point where the KV
+# cache limits the batch, grow ~0.12 ms a step per running sequence faster than the device's own work: Argonne's
+# LLM-Inference-Bench, vLLM 0.5.4, Llama-3-70B and Qwen2-72B at TP 4, 128 to 2048 tokens in and out, batch 1 to 64
+# (the step 19.2, 21.5, 25.6 and 29.3 ms at 1, 16, 32 and 64 against this model's 18.2, 19.8, 21.5 and 25 ms
+# without it: +0.13 ms a sequence); dstack's Llama-3.1-405B-FP8 at TP 8, vLLM 0.6.3, 4 to 32 requests of
+# 128 + 2048 tokens (34.8 to 38.2 ms a step: +0.12 ms a sequence). At TP 1 there is no broadcast and no published
+# figure: SYNC_HOST_PER_SEQ_S is kept. Multi-step scheduling divides it like the rest of V0's host work.
+V0_TP_HOST_PER_SEQ_S = 0.12e-3
 ASYNC_SCHEDULING_DEFAULT_VERSION = (0, 14)
 EAGER_LAYER_S = {"vllm": 0.80e-3, "sglang": 0.29e-3, "trtllm": 0.80e-3}
 # A weight GEMM of a decode step costs a fixed ~4 us above its bytes' time (onnxruntime issue #32382,
@@ -237,12 +247,14 @@ def engine_version_step_s(engine: str, version: Optional[str], scheduler_steps: 
 
 
 def sync_host_per_seq_s(engine: str, version: Optional[str], async_scheduling: Optional[bool] = None,
-                        scheduler_steps: int = 1) -> float:
-    """Host time per running sequence a decode step adds: SYNC_HOST_PER_SEQ_S for vLLM without async scheduling
-    (given, or by version: off before 0.14; a version not given is a current engine, on), else 0 (SGLang's and
-    TensorRT-LLM's overlap schedulers hide it)."""
+                        scheduler_steps: int = 1, tp: int = 1) -> float:
+    """Host time per running sequence a decode step adds: V0_TP_HOST_PER_SEQ_S for vLLM's V0 engine over ``tp`` > 1
+    GPUs; SYNC_HOST_PER_SEQ_S for vLLM without async scheduling (given, or by version: off before 0.14; a version
+    not given is a current engine, on); else 0 (SGLang's and TensorRT-LLM's overlap schedulers hide it)."""
     if engine != "vllm":
         return 0.0
+    if tp > 1 and is_v0(engine, version):
+        return V0_TP_HOST_PER_SEQ_S / max(scheduler_steps, 1)
     if async_scheduling is None:
         async_scheduling = not version or version_tuple(version)[:2] >= ASYNC_SCHEDULING_DEFAULT_VERSION
     return 0.0 if async_scheduling else SYNC_HOST_PER_SEQ_S / max(scheduler_steps, 1)
