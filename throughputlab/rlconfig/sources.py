@@ -57,7 +57,8 @@ def read_source(path: Path, src: str) -> Source:
             return _verl_script(text, src)
         if suffix in SCRIPT_SUFFIXES:
             raise UserError(f"{src}: no RL trainer command in this script (looked for veRL's main_ppo or a recipe's "
-                            "main_*, OpenRLHF's train_ppo_ray); give the script that launches the training")
+                            "trainer, recipe.<name>.main_* or *_main, and OpenRLHF's train_ppo_ray); give the script "
+                            "that launches the training")
     if any("GRPOConfig(" in line and not line.lstrip().startswith("#") for line in text.splitlines()):
         raise UserError(f"{src}: a Python GRPOConfig(...) call; write its arguments as YAML or JSON (key: value), "
                         "the file `trl grpo --config` takes")
