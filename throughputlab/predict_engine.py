@@ -216,8 +216,8 @@ def engine_lines(settings: rf.EngineSettings, kv_tokens: Optional[int], kv_seqs:
                                                   if s.scheduler_steps > 1 else "") + ")" if v0 else ""))
     sync = t_seq_s(s, tp)
     if sync:
-        which = "V0_TP_HOST_PER_SEQ_S: V0 over several GPUs" if sync * max(s.scheduler_steps, 1) == \
-            rf.V0_TP_HOST_PER_SEQ_S else "SYNC_HOST_PER_SEQ_S: no async scheduling"
+        which = "V0_TP_HOST_PER_SEQ_S: V0 over several GPUs" if tp > 1 and rf.is_v0(s.name, s.version) \
+            else "SYNC_HOST_PER_SEQ_S: no async scheduling"
         mode += f"; +{sync * 1e6:.3g} us of host time per running sequence a decode step (roofline.engine.{which})"
     elif s.name == "vllm":
         mode += "; async scheduling"

@@ -217,7 +217,7 @@ def decide(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, 
         raise UserError("--config-set and --framework go with --config FILE (the run's launch config)")
     try:
         spec = build_spec(spec_file, base, set_items, flag_names(ctx), **given(ctx, flags))
-        decisions = None if print_spec else _decide(spec, logs)
+        decided = None if print_spec else _decide(spec, logs)
     except UserError as e:
         raise _with_config_keys(e, config_record, ctx) from None
     if config_text and lengths_line and "response" not in spec.shape.model_fields_set:
@@ -227,7 +227,7 @@ def decide(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, 
             click.echo(config_text, err=True)  # stdout is the spec file
         echo_spec(spec)
         return
-    decisions, checks = decisions
+    decisions, checks = decided
     if config_text:
         click.echo(config_text)
     if checks is not None:

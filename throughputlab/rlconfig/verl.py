@@ -61,10 +61,6 @@ def _dp(ctx: Ctx, sp_key: str) -> Optional[int]:
     return max(1, (gpus - (ctx.fields.get("rollout_gpus") or 0)) // sp)
 
 
-def _keys(section) -> list:
-    return list(section) if isinstance(section, dict) else []
-
-
 def _cluster(ctx: Ctx) -> None:
     gpn = ctx.int("trainer.n_gpus_per_node", note="GPUs per node of the trainer")
     nn = ctx.int("trainer.nnodes", note="nodes of the trainer")
@@ -72,14 +68,15 @@ def _cluster(ctx: Ctx) -> None:
     rnn = ctx.int("rollout.nnodes", note="nodes that only generate")
     hybrid = ctx.bool("actor_rollout_ref.hybrid_engine",
                       note="true: generation and training share the GPUs (colocated); false: separate GPUs")
-    split = hybrid is False or rgpn is not None or rnn is not None or ctx.has("async_training")
-    if split and ctx.has("async_training") and hybrid is not False and rgpn is None and rnn is None \
-            and set(_keys(ctx.raw("async_training"))) <= {"partial_rollout"}:
-        # recipe/partial_rollout (verl-project/verl-recipe): a synchronous trainer that sets only
-        # async_training.partial_rollout and has no rollout pool of its own: colocated, not fully async
-        split = False
+    aa = ctx.raw("async_training")
+    # recipe/partial_rollout (verl-project/verl-recipe): a synchronous trainer that sets only
+    # async_training.partial_rollout and has no rollout pool of its own: colocated, not fully async
+    sync_partial = (hybrid is not False and rgpn is None and rnn is None and isinstance(aa, dict) and bool(aa)
+                    and set(aa) <= {"partial_rollout"})
+    if sync_partial:
         ctx.ignore("async_training", "the synchronous partial-rollout recipe (no rollout pool): generation and "
                    "training take turns on the same GPUs; carrying long responses into the next step is not modelled")
+    split = hybrid is False or rgpn is not None or rnn is not None or (ctx.has("async_training") and not sync_partial)
     if not split:
         gpn = gpn if gpn is not None or ctx.stated("trainer.n_gpus_per_node") else _default_int(
             ctx, "trainer.n_gpus_per_node", GPUS_PER_NODE_DEFAULT)
