@@ -61,6 +61,7 @@ class EngineOptions(BaseModel):
     num_scheduler_steps: Optional[int] = None  # vLLM 0.6-0.7 (V0) multi-step scheduling: decode steps per host round
     max_num_batched_tokens: Optional[int] = None
     rope_scaling: Optional[str] = None  # TYPE:FACTOR, as vLLM's --hf-overrides '{"rope_scaling": ...}' sets it
+    in_process_logprobs: str = "off"  # off, ids, text: per-token log-probs an in-process engine returns (RL rollouts)
 
     def check(self) -> "EngineOptions":
         if self.engine not in ENGINES:
@@ -92,6 +93,9 @@ class EngineOptions(BaseModel):
                 parse_rope_scaling(self.rope_scaling)
             except ValueError as e:
                 raise UserError(str(e)) from None
+        if self.in_process_logprobs not in rf.LOGPROBS_HOST_RATIO:
+            raise UserError(f"--in-process-logprobs {self.in_process_logprobs}: use off, ids (each sampled token's "
+                            "log-prob, no text: veRL) or text (with the text: NeMo-RL)")
         n = self.num_scheduler_steps
         if n is not None:
             if n < 1:
@@ -169,7 +173,7 @@ def resolve(opts: EngineOptions, spec: ModelSpec, ds: DatasheetPeak, tp: int, pr
                              max_model_len=max_len, kv_cache_dtype=opts.kv_cache_dtype, kv_cache_gib=opts.kv_cache_gib,
                              enforce_eager=opts.enforce_eager, block_tokens=rf.BLOCK_TOKENS[name],
                              version=opts.engine_version, async_scheduling=opts.async_scheduling,
-                             scheduler_steps=opts.num_scheduler_steps or 1)
+                             scheduler_steps=opts.num_scheduler_steps or 1, logprobs=opts.in_process_logprobs)
 
 
 def size_kv(settings: rf.EngineSettings, costs: rf.Costs, tp: int, device_bytes: Optional[float]) -> tuple[
@@ -200,7 +204,7 @@ def size_kv(settings: rf.EngineSettings, costs: rf.Costs, tp: int, device_bytes:
 
 def t_seq_s(s: rf.EngineSettings, tp: int = 1) -> float:
     """The host time per running sequence of the engine's decode step (rf.sync_host_per_seq_s)."""
-    return rf.sync_host_per_seq_s(s.name, s.version, s.async_scheduling, s.scheduler_steps, tp)
+    return rf.sync_host_per_seq_s(s.name, s.version, s.async_scheduling, s.scheduler_steps, tp, s.logprobs)
 
 
 def engine_lines(settings: rf.EngineSettings, kv_tokens: Optional[int], kv_seqs: Optional[int], prompt_len: int,
@@ -218,6 +222,10 @@ def engine_lines(settings: rf.EngineSettings, kv_tokens: Optional[int], kv_seqs:
     if sync:
         which = "V0_TP_HOST_PER_SEQ_S: V0 over several GPUs" if tp > 1 and rf.is_v0(s.name, s.version) \
             else "SYNC_HOST_PER_SEQ_S: no async scheduling"
+        if s.logprobs != "off":
+            which += (f"; plus {rf.LOGPROBS_HOST_RATIO[s.logprobs] - 1:g}x SYNC_HOST_PER_SEQ_S for per-token "
+                      f"log-probs{' with their text' if s.logprobs == 'text' else ''} in the caller's process, "
+                      "LOGPROBS_HOST_RATIO")
         mode += f"; +{sync * 1e6:.3g} us of host time per running sequence a decode step (roofline.engine.{which})"
     elif s.name == "vllm":
         mode += "; async scheduling"

@@ -83,6 +83,7 @@ PREDICT_FLAGS = {
     "engine_version": "engine.engine_version", "async_scheduling": "engine.async_scheduling",
     "num_scheduler_steps": "engine.num_scheduler_steps",
     "max_num_batched_tokens": "engine.max_num_batched_tokens", "rope_scaling": "engine.rope_scaling",
+    "in_process_logprobs": "engine.in_process_logprobs",
 }
 
 
@@ -148,6 +149,12 @@ def predict_option(*decls: str, **kw):
                 help="Analytic prediction: TYPE:FACTOR (yarn, linear or dynamic), as the engine's --hf-overrides "
                      "rope_scaling: the context limit becomes max_position_embeddings x FACTOR, e.g. yarn:4 for "
                      "Qwen's 128K contexts.")
+@predict_option("--in-process-logprobs", "in_process_logprobs", type=click.Choice(["off", "ids", "text"]),
+                help="Analytic prediction, vLLM without async scheduling: the engine runs in the caller's process "
+                     "and returns each sampled token's log-prob, as RL rollouts ask: ids (no text: veRL's "
+                     "synchronous rollout) or text (detokenized: NeMo-RL's synchronous engine), 1.55x or 2.66x the "
+                     "host time per running sequence (roofline.engine.LOGPROBS_HOST_RATIO); off for a server or no "
+                     "log-probs.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the prediction as a profile (kind=predicted) that `report` and `decide` read.")
 @click.pass_context

@@ -11,7 +11,8 @@ from throughputlab.errors import UserError
 from throughputlab.settings.options import layer_options
 
 COLUMN_KEYS = ("run", "batch", "lr", "samples", "step", "metric")
-ENGINE_KEYS = ("max_num_seqs", "max_model_len", "kv_cache_gib", "enforce_eager", "max_num_batched_tokens")
+ENGINE_KEYS = ("max_num_seqs", "max_model_len", "kv_cache_gib", "enforce_eager", "max_num_batched_tokens",
+               "in_process_logprobs")
 # flag (click parameter name) -> the decide settings key it sets; the settings model holds the defaults
 DECIDE_FLAGS = {
     "profile": "profile", "prompts": "prompts", "group": "group", "baseline": "baseline",
@@ -152,6 +153,8 @@ def build_spec(spec_file: Optional[Path], base: Optional[dict] = None, set_items
 @decide_option("--max-num-batched-tokens", "max_num_batched_tokens", type=int, shown="the profile's engine's")
 @decide_option("--kv-cache-gib", "kv_cache_gib", type=float, shown="the engine's rule")
 @decide_option("--enforce-eager/--no-enforce-eager", "enforce_eager", shown="as the profile's engine")
+@decide_option("--in-process-logprobs", "in_process_logprobs", type=click.Choice(["off", "ids", "text"]),
+               shown="as the profile's engine, or as --config's framework runs it")
 @decide_option("--activation-checkpointing", "activation_checkpointing", is_flag=True)
 @decide_option("--train-backend", "train_backend", type=click.Choice(["fsdp", "megatron"]))
 @decide_option("--train-tp", "train_tp", type=int)

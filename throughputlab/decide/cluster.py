@@ -13,6 +13,7 @@ module through the model's methods.
 
 from __future__ import annotations
 
+import logging
 from typing import Literal, Optional
 
 from pydantic import Field, model_validator
@@ -24,6 +25,8 @@ from throughputlab.records.base import Record, SettingsRecord
 from throughputlab.records.peaks import INTER_NODE_BYTES_PER_S
 from throughputlab.roofline import rl as rf_rl
 from throughputlab.throughput import CommParams, ThroughputModel
+
+log = logging.getLogger(__name__)
 
 # one 400 Gb/s NIC per GPU at the stated collective efficiency: the network's rate per GPU
 NIC_BUSBW_BYTES_PER_S = DEFAULT_EFFICIENCIES.comm_bw * INTER_NODE_BYTES_PER_S
@@ -226,7 +229,10 @@ def generation_model(model: ThroughputModel, pl: Placement, spec: ClusterSpec, e
             update.update(_engine_update(model, pl.tp, util, mem, engine))
         elif mem is not None:
             update["kv_cache_tokens"] = rf.kv_cache_tokens(rf.tp_shard(model.costs, pl.tp), mem, util)
-    elif eager is not None:
+    elif getattr(engine, "in_process_logprobs", None) not in (None, "off"):
+        log.warning("the rollout's per-token log-probs in the trainer's process (engine.in_process_logprobs) are not "
+                    "added to a measured engine: its host time per sequence stands as measured")
+    if model.source == "fit" and eager is not None:
         raise UserError("engine.enforce_eager (--enforce-eager) sets a predicted engine's fixed cost per step; this "
                         "profile's engine was measured as it ran: measure it again with --engine-arg "
                         "enforce_eager=true, or decide on a predicted profile")
@@ -249,16 +255,21 @@ def kv_tokens_from_gib(model: ThroughputModel, tp: int, gib: float) -> int:
 def _engine_update(model: ThroughputModel, tp: int, util: float, mem, engine) -> dict:
     """A predicted engine at the run's memory share and settings: its KV cache by the engine's rule
     (predict_engine.size_kv, the rule predict uses) and its caps, eager mode among them."""
-    from throughputlab.predict_engine import size_kv
+    from throughputlab.predict_engine import size_kv, t_seq_s
 
     old = model.engine
     given = {k: getattr(engine, k, None) for k in ("max_num_seqs", "max_num_batched_tokens", "max_model_len",
                                                     "kv_cache_gib", "enforce_eager")}
+    given["logprobs"] = getattr(engine, "in_process_logprobs", None)
     settings = old.model_copy(update={"memory_fraction": util, **{k: v for k, v in given.items() if v is not None}})
     settings, tokens = size_kv(settings, model.costs, tp, mem)
-    # eager mode needs no change here: the engine settings carry enforce_eager, and the model's step is
-    # max(host launches, device time) from them (roofline.eager_step_s)
-    return {"engine": settings, "kv_cache_tokens": tokens, "max_num_seqs": settings.max_num_seqs}
+    # eager mode: the settings carry it (the step is max(host launches, device time), roofline.eager_step_s). The
+    # host time per running sequence, priced at the profile's TP without log-probs, moves with the engines' own.
+    moved = old.host_factor * (t_seq_s(settings, tp) - t_seq_s(old, model.tp or 1))
+    out = {"engine": settings, "kv_cache_tokens": tokens, "max_num_seqs": settings.max_num_seqs}
+    if moved and model.decode is not None:
+        out["decode"] = model.decode.model_copy(update={"t_seq_s": max(model.decode.t_seq_s + moved, 0.0)})
+    return out
 
 
 def training_model(model: ThroughputModel, pl: Placement, checkpointing: bool, seq_len: float,

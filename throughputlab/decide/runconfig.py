@@ -100,6 +100,7 @@ def decide_data(rc: RunConfig) -> tuple[dict[str, Any], list[str], list[str]]:
     put("shape.engine.max_num_seqs", rc.max_num_seqs, "the engines' sequence cap")
     put("shape.engine.max_num_batched_tokens", rc.max_num_batched_tokens, "the engines' token budget per step")
     put("shape.engine.enforce_eager", rc.enforce_eager, "engines without CUDA graphs")
+    put("shape.engine.in_process_logprobs", *in_process_logprobs(rc))
     trl_server = rc.framework == "trl" and rc.placement == "split" and not rc.rollout_gpus
     put("cluster.gpus", None if trl_server else rc.gpus, "GPUs in all")
     put("cluster.nodes", rc.nodes, "nodes")
@@ -163,6 +164,22 @@ def offload_knobs(rc, put) -> None:
     if rc.optimizer_offload or rc.optimizer_on_cpu:
         put("shape.train.offload_optimizer_copies", 2, "optimizer_offload: reloaded and offloaded around the "
             "update")
+
+
+def in_process_logprobs(rc: RunConfig) -> tuple[Optional[str], str]:
+    """How the framework's synchronous vLLM rollout returns each sampled token's log-prob in its own process
+    (roofline.engine.LOGPROBS_HOST_RATIO), and why; None where the engine serves requests as they come (its own
+    process) or the framework is not one whose rollout code says."""
+    if rc.rollout_engine not in (None, "vllm") or rc.rollout_async_engine:
+        return None, ""
+    if rc.framework == "nemo-rl":  # nemo_rl/models/generation/vllm/vllm_worker.py (v0.3-v0.5)
+        return "text", ("NeMo-RL's synchronous vLLM engine runs in its worker's process "
+                        "(VLLM_ENABLE_V1_MULTIPROCESSING=0) and returns each token's log-prob with the text "
+                        "(logprobs=0, detokenized)")
+    if rc.framework == "verl":  # verl/workers/rollout/vllm_rollout/vllm_rollout_spmd.py
+        return "ids", ("veRL's synchronous rollout runs vLLM in its worker's process (external_launcher) and returns "
+                       "each token's log-prob without the text (logprobs=0, detokenize=False)")
+    return None, ""
 
 
 def padded_seq_len(rc: RunConfig) -> Optional[int]:

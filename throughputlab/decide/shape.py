@@ -106,6 +106,10 @@ class EngineShape(_Spec):
         "A predicted profile's engine only."))
     max_num_batched_tokens: Optional[int] = Field(None, gt=0, description=(
         "The chunked-prefill token budget per engine step."))
+    in_process_logprobs: Optional[Literal["off", "ids", "text"]] = Field(None, description=(
+        "Each sampled token's log-prob returned by engines in the trainer's process without async scheduling: "
+        "ids (veRL's synchronous rollout) or text (detokenized: NeMo-RL's synchronous engine), more host time per "
+        "running sequence a decode step (roofline.engine.LOGPROBS_HOST_RATIO). A predicted profile's engine only."))
     max_model_len: Optional[int] = Field(None, gt=0, description="The engines' max_model_len (sizes vLLM's profile run).")
 
 

@@ -78,6 +78,18 @@ SYNC_HOST_PER_SEQ_S = 13e-6
 # 128 + 2048 tokens (34.8 to 38.2 ms a step: +0.12 ms a sequence). At TP 1 there is no broadcast and no published
 # figure: SYNC_HOST_PER_SEQ_S is kept. Multi-step scheduling divides it like the rest of V0's host work.
 V0_TP_HOST_PER_SEQ_S = 0.12e-3
+# Per-token log-probs, which RL rollouts ask for (vLLM logprobs=0: each sampled token's), add host work per running
+# sequence where the engine runs in the caller's process (VLLM_ENABLE_V1_MULTIPROCESSING=0: veRL's synchronous
+# rollout under external_launcher, NeMo-RL's synchronous engine) without async scheduling: each step's log-prob
+# records are built in Python, and with the text each log-prob token is decoded on its own (vLLM's
+# convert_ids_list_to_tokens, one tokenizer.decode per id: 6-8 us a call in vLLM PR #42211). Measured side by side
+# on the real engine (benchmarks/inprocess_logprobs_host.py: vLLM 0.32 in one process, the scheduler, the update from
+# the step's output and the output processing timed per running sequence; record in reports/cpu-amd-epyc-2026-12-05),
+# medians over 64, 256 and 512 sequences, the mean of two runs: 1.55x plain's host time with the log-probs alone
+# ("ids": detokenize off, veRL; 1.62 and 1.48) and 2.66x with the text too ("text": NeMo-RL; 2.78 and 2.53). Taken as
+# ratios, so that the GPU host's SYNC_HOST_PER_SEQ_S carries them: +0.55 and +1.66 of it a sequence. A server (the engine in its own process, the output work in the
+# frontend's) or async scheduling overlaps this work with the device's step.
+LOGPROBS_HOST_RATIO = {"off": 1.0, "ids": 1.55, "text": 2.66}
 ASYNC_SCHEDULING_DEFAULT_VERSION = (0, 14)
 EAGER_LAYER_S = {"vllm": 0.80e-3, "sglang": 0.29e-3, "trtllm": 0.80e-3}
 # A weight GEMM of a decode step costs a fixed ~4 us above its bytes' time (onnxruntime issue #32382,
@@ -116,6 +128,7 @@ class EngineSettings(BaseModel):
     version: Optional[str] = None  # the engine's version where it changes the step (vLLM before 0.8: V0)
     async_scheduling: Optional[bool] = None  # vLLM: None = its version's default (on from 0.14)
     scheduler_steps: int = 1  # vLLM V0 multi-step scheduling: decode steps per host round
+    logprobs: Literal["off", "ids", "text"] = "off"  # per-token log-probs an in-process engine returns (RL rollouts)
     host_factor: float = 1.0  # the host's dispatch time against an x86 H100 host's (calibration.Efficiencies)
     kv_rule: str = ""  # the rule (and source) that sized the KV cache, as printed
     kv_cache_bytes_per_gpu: Optional[float] = None  # what the rule gave on one device
@@ -247,17 +260,20 @@ def engine_version_step_s(engine: str, version: Optional[str], scheduler_steps: 
 
 
 def sync_host_per_seq_s(engine: str, version: Optional[str], async_scheduling: Optional[bool] = None,
-                        scheduler_steps: int = 1, tp: int = 1) -> float:
+                        scheduler_steps: int = 1, tp: int = 1, logprobs: str = "off") -> float:
     """Host time per running sequence a decode step adds: V0_TP_HOST_PER_SEQ_S for vLLM's V0 engine over ``tp`` > 1
     GPUs; SYNC_HOST_PER_SEQ_S for vLLM without async scheduling (given, or by version: off before 0.14; a version
-    not given is a current engine, on); else 0 (SGLang's and TensorRT-LLM's overlap schedulers hide it)."""
+    not given is a current engine, on); else 0 (SGLang's and TensorRT-LLM's overlap schedulers hide it). Where it
+    is paid, an in-process engine's per-token ``logprobs`` ("ids" or "text") add LOGPROBS_HOST_RATIO's share."""
     if engine != "vllm":
         return 0.0
+    steps = max(scheduler_steps, 1)
+    extra = SYNC_HOST_PER_SEQ_S * (LOGPROBS_HOST_RATIO[logprobs] - 1.0) / steps
     if tp > 1 and is_v0(engine, version):
-        return V0_TP_HOST_PER_SEQ_S / max(scheduler_steps, 1)
+        return V0_TP_HOST_PER_SEQ_S / steps + extra
     if async_scheduling is None:
         async_scheduling = not version or version_tuple(version)[:2] >= ASYNC_SCHEDULING_DEFAULT_VERSION
-    return 0.0 if async_scheduling else SYNC_HOST_PER_SEQ_S / max(scheduler_steps, 1)
+    return 0.0 if async_scheduling else SYNC_HOST_PER_SEQ_S / steps + extra
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
