@@ -22,6 +22,7 @@ from typing import Optional
 from throughputlab.decide.calculator import DecideSpec, LRSpec, SamplesSpec, decide_from_spec
 from throughputlab.decide.cluster import idle_shares
 from throughputlab.decide.curves import read_curves_csv
+from throughputlab.decide.lengths import CAPPED_SIGMA
 from throughputlab.decide.logcheck import Calibration, LogCheck, PhaseCheck, check_text
 from throughputlab.decide.steptime import ResponseSpec, StepModel, StepTime
 from throughputlab.errors import UserError
@@ -68,7 +69,8 @@ def lengths_from_log(rl: RunLog, responses: int) -> tuple[str, str]:
         at_cut = f", {clip.median:.0%} at the cut" if clip is not None and clip.median > 0 else ""
         return f"fixed:len={n}", f"run log {rl.path}: per-step mean {m:.4g} tokens = the longest, {n}{at_cut}"
     if top is None or top.max <= m:
-        return f"lognormal:mean={m:.6g},sigma=0.6", f"run log {rl.path}: {seen}, no max logged (sigma 0.6)"
+        return (f"lognormal:mean={m:.6g},sigma={CAPPED_SIGMA:g}",
+                f"run log {rl.path}: {seen}, no max logged (sigma {CAPPED_SIGMA:g})")
     cut = int(round(top.max))
     if clip is not None and clip.median > 0:  # the logged mean is after the cut: the share at the cut as logged
         if clip.median * cut + (1 - clip.median) < m < cut:

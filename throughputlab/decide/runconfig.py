@@ -13,12 +13,13 @@ import re
 from typing import Any, Optional
 
 from throughputlab import roofline as rf
+from throughputlab.decide.lengths import CAPPED_SIGMA
 from throughputlab.rlconfig import RunConfig
 from throughputlab.rlconfig.timers import timer_lines
 from throughputlab.roofline import rl as rf_rl
 
 CANDIDATE_FACTORS = (1, 2, 4)  # the run's batch and two larger ones, unless --prompts says otherwise
-RESPONSE_SIGMA = 0.6
+RESPONSE_SIGMA = CAPPED_SIGMA  # the lengths' spread below the cap (decide.lengths)
 
 
 def decide_data(rc: RunConfig) -> tuple[dict[str, Any], list[str], list[str]]:

@@ -7,7 +7,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from throughputlab.decide.lengths import LengthDist, parse_length_dist, read_lengths_file
+from throughputlab.decide.lengths import CAPPED_SIGMA, LengthDist, parse_length_dist, read_lengths_file
 from throughputlab.errors import UserError
 
 Overlap = Literal["colocated", "separate", "off-policy"]
@@ -124,7 +124,7 @@ class RewardShape(_Spec):
 class RLShape(_Spec):
     algo: Literal["grpo", "ppo"] = Field("grpo", description="PPO adds a critic.")
     prompt_len: int = Field(512, description="Prompt tokens per request.")
-    response: ResponseSpec = ResponseSpec(dist="lognormal:mean=512,sigma=0.6,max=2048")
+    response: ResponseSpec = ResponseSpec(dist=f"lognormal:mean=512,sigma={CAPPED_SIGMA:g},max=2048")
     overlap: Overlap = Field("colocated", description=(
         "Phases in sequence on shared or separate devices, or one-step off-policy overlap."))
     train: TrainShape = TrainShape()
