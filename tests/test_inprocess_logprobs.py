@@ -55,7 +55,7 @@ def test_predict_prices_the_log_probs_in_its_steps_and_says_so():
             fragments=("--in-process-logprobs all", "ids", "text"))
 
 
-def test_the_frameworks_synchronous_rollouts_are_read_as_theirs():
+def test_the_frameworks_synchronous_rollouts_are_read_as_theirs(tmp_path):
     from throughputlab.decide.runconfig import decide_data
     from throughputlab.rlconfig import read_run_config
 
@@ -73,6 +73,13 @@ def test_the_frameworks_synchronous_rollouts_are_read_as_theirs():
     for other in ({"rollout_async_engine": True}, {"rollout_engine": "sglang"}):
         data, _, _ = decide_data(verl.model_copy(update=other))
         assert "in_process_logprobs" not in data["shape"].get("engine", {})
+    # TRL: vLLM colocated in the training processes asks for them with the text; its server mode does not
+    trl = read_run_config(DATA / "trl_grpo_v1.yaml")  # vllm_mode: colocate
+    assert decide_data(trl)[0]["shape"]["engine"]["in_process_logprobs"] == "text"
+    server = tmp_path / "server.yaml"
+    server.write_text((DATA / "trl_grpo_v1.yaml").read_text().replace("vllm_mode: colocate", "vllm_mode: server"))
+    data, _, _ = decide_data(read_run_config(str(server)))
+    assert "in_process_logprobs" not in data["shape"].get("engine", {})
 
 
 def _gen_s(profile: str, tmp_path, *args) -> float:

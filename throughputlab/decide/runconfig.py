@@ -180,6 +180,9 @@ def in_process_logprobs(rc: RunConfig) -> tuple[Optional[str], str]:
     if rc.framework == "verl":  # verl/workers/rollout/vllm_rollout/vllm_rollout_spmd.py
         return "ids", ("veRL's synchronous rollout runs vLLM in its worker's process (external_launcher) and returns "
                        "each token's log-prob without the text (logprobs=0, detokenize=False)")
+    if rc.framework == "trl" and rc.rollout_engine == "vllm" and rc.placement == "colocated":
+        return "text", ("TRL's colocated vLLM runs in each training process (external_launcher) and returns each "
+                        "token's log-prob with the text (trl/generation/vllm_generation.py: logprobs=0)")
     return None, ""
 
 
