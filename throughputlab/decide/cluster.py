@@ -264,7 +264,7 @@ def _engine_update(model: ThroughputModel, tp: int, util: float, mem, engine) ->
     settings = old.model_copy(update={"memory_fraction": util, **{k: v for k, v in given.items() if v is not None}})
     settings, tokens = size_kv(settings, model.costs, tp, mem)
     # eager mode: the settings carry it (the step is max(host launches, device time), roofline.eager_step_s). The
-    # host time per running sequence, priced at the profile's TP without log-probs, moves with the engines' own.
+    # host time per running sequence, priced at the profile's TP and log-probs, moves with the engines' own.
     moved = old.host_factor * (t_seq_s(settings, tp) - t_seq_s(old, model.tp or 1))
     out = {"engine": settings, "kv_cache_tokens": tokens, "max_num_seqs": settings.max_num_seqs}
     if moved and model.decode is not None:
