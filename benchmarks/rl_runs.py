@@ -317,9 +317,9 @@ def _config_for(run: Run, meas: Measurement) -> tuple[Path, list[str]]:
 
 
 # The vLLM each NeMo-RL release pins (pyproject.toml `vllm==` at the tag: v0.3.0 0.9.0, v0.4.0 0.10.0, v0.5.0
-# 0.11.2): before 0.14, no async scheduling unless asked, and NeMo-RL does not ask. v0.6 not read: its rows take
-# a current engine.
-NEMO_RL_VLLM = {"v0.3": "0.9.0", "v0.4": "0.10.0", "v0.5": "0.11.2"}
+# 0.11.2, v0.6.0 0.17.1, v0.7.0 0.20.0): before 0.14, no async scheduling unless asked, and NeMo-RL does not ask;
+# from 0.14 on by default, except on the ray executor of its engines of several GPUs (before 0.21).
+NEMO_RL_VLLM = {"v0.3": "0.9.0", "v0.4": "0.10.0", "v0.5": "0.11.2", "v0.6": "0.17.1", "v0.7": "0.20.0"}
 
 
 def _profile(spec, device: str, dtype: str, layout: Layout, tmp: Path, vllm: Optional[str] = None) -> str:

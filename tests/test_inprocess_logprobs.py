@@ -126,4 +126,67 @@ def test_a_measured_engine_keeps_its_host_time_and_says_why(caplog):
     with caplog.at_level("WARNING"):
         same = generation_model(model, pl, ClusterSpec(), EngineShape(in_process_logprobs="text"))
     assert same.decode == model.decode
-    assert "not added to a measured engine" in caplog.text
+    assert "not applied to a measured engine" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        same = generation_model(model, pl, ClusterSpec(), EngineShape(distributed_executor_backend="ray"))
+    assert same.decode == model.decode and "not applied to a measured engine" in caplog.text
+
+
+# ---------------------------------------------------------------- the ray executor
+
+
+def test_the_ray_executor_defers_async_scheduling_to_vllm_0_21():
+    sync = rf.SYNC_HOST_PER_SEQ_S
+    assert rf.sync_host_per_seq_s("vllm", "0.17.1", executor="ray") == sync
+    assert rf.sync_host_per_seq_s("vllm", "0.17.1", executor="ray", logprobs="text") == pytest.approx(
+        sync * rf.LOGPROBS_HOST_RATIO["text"])
+    for other in ("mp", "uni", "external_launcher", None):
+        assert rf.sync_host_per_seq_s("vllm", "0.17.1", executor=other) == 0.0
+    # RayExecutorV2 from 0.21, a current engine (no version), or async scheduling asked for: overlapped
+    assert rf.sync_host_per_seq_s("vllm", "0.21.0", executor="ray") == 0.0
+    assert rf.sync_host_per_seq_s("vllm", None, executor="ray") == 0.0
+    assert rf.sync_host_per_seq_s("vllm", "0.17.1", async_scheduling=True, executor="ray") == 0.0
+    # before 0.14 the executor changes nothing: no engine scheduled asynchronously by itself
+    assert rf.sync_host_per_seq_s("vllm", "0.11.2", executor="ray") == rf.sync_host_per_seq_s("vllm", "0.11.2") == sync
+    assert rf.sync_host_per_seq_s("sglang", "0.4.6", executor="ray") == 0.0
+
+
+def test_predict_takes_the_executor_and_refuses_it_where_it_means_nothing():
+    spec = resolve_model("llama3.1-8b").spec
+    steps = {}
+    for ex in (None, "ray"):
+        model, _, _ = analytic_model(spec, "h100", engine=EngineOptions(engine_version="0.17.1",
+                                                                       distributed_executor_backend=ex))
+        steps[ex] = model.decode_step_s(256, 600)
+    assert steps["ray"] - steps[None] == pytest.approx(rf.SYNC_HOST_PER_SEQ_S * 256, rel=1e-6)
+    r = run_main("predict", "--model", "llama3.1-8b", "--gpu", "h100", "-c", "256", "--engine-version", "0.17.1",
+                 "--distributed-executor-backend", "ray")
+    assert r.exit_code == 0 and "executor ray" in r.output and "RAY_ASYNC_SCHEDULING_VERSION" in r.output
+    refused("predict", "--model", "llama3.1-8b", "--gpu", "h100", "--set", "engine.distributed_executor_backend=dask",
+            fragments=("--distributed-executor-backend dask", "ray"))
+    refused("predict", "--model", "llama3.1-8b", "--gpu", "h100", "--engine", "sglang",
+            "--distributed-executor-backend", "ray", fragments=("vLLM's setting", "sglang"))
+
+
+def test_configs_of_ray_engines_say_so_and_decide_prices_it_on_the_profiles_version(tmp_path):
+    from throughputlab.decide.runconfig import decide_data
+    from throughputlab.rlconfig import read_run_config
+
+    nemo = read_run_config(NEMO / "grpo-qwen2.5-7b-2n8g-dtensor.yaml")
+    one = decide_data(nemo.model_copy(update={"rollout_tp": 1}))[0]
+    assert "distributed_executor_backend" not in one["shape"].get("engine", {})
+    data, used, _ = decide_data(nemo.model_copy(update={"rollout_tp": 4}))
+    assert data["shape"]["engine"]["distributed_executor_backend"] == "ray"
+    assert any(u.startswith("shape.engine.distributed_executor_backend = ray: NeMo-RL runs") for u in used)
+    verl = read_run_config(DATA / "verl_printed_ppo.yaml")
+    assert "distributed_executor_backend" not in decide_data(verl.model_copy(update={"rollout_tp": 4}))[0][
+        "shape"].get("engine", {})
+    spec = resolve_model("qwen2.5-7b").spec
+    gen = {}
+    for version in ("0.17.1", "0.21.0"):
+        prof = tmp_path / f"{version}.json"
+        predict_analytic(spec, "h100", layout=Layout(gpus=8, tp=2), engine=EngineOptions(engine_version=version)).save(prof)
+        gen[version] = (_gen_s(str(prof), tmp_path), _gen_s(str(prof), tmp_path, "--distributed-executor-backend", "ray"))
+    assert gen["0.17.1"][1] > gen["0.17.1"][0] * 1.01
+    assert gen["0.21.0"][1] == pytest.approx(gen["0.21.0"][0])

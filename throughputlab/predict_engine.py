@@ -62,6 +62,7 @@ class EngineOptions(BaseModel):
     max_num_batched_tokens: Optional[int] = None
     rope_scaling: Optional[str] = None  # TYPE:FACTOR, as vLLM's --hf-overrides '{"rope_scaling": ...}' sets it
     in_process_logprobs: str = "off"  # off, ids, text: per-token log-probs an in-process engine returns (RL rollouts)
+    distributed_executor_backend: Optional[str] = None  # vLLM's executor: "ray" defers async scheduling to 0.21
 
     def check(self) -> "EngineOptions":
         if self.engine not in ENGINES:
@@ -96,6 +97,11 @@ class EngineOptions(BaseModel):
         if self.in_process_logprobs not in rf.LOGPROBS_HOST_RATIO:
             raise UserError(f"--in-process-logprobs {self.in_process_logprobs}: use off, ids (each sampled token's "
                             "log-prob, no text: veRL) or text (with the text: NeMo-RL)")
+        ex = self.distributed_executor_backend
+        if ex is not None and (ex not in rf.EXECUTORS or self.engine != "vllm"):
+            raise UserError(f"--distributed-executor-backend {ex}: " + (
+                f"use one of {', '.join(rf.EXECUTORS)} (vLLM's own names)" if ex not in rf.EXECUTORS else
+                f"it is vLLM's setting; drop it for --engine {self.engine}"))
         n = self.num_scheduler_steps
         if n is not None:
             if n < 1:
@@ -173,7 +179,8 @@ def resolve(opts: EngineOptions, spec: ModelSpec, ds: DatasheetPeak, tp: int, pr
                              max_model_len=max_len, kv_cache_dtype=opts.kv_cache_dtype, kv_cache_gib=opts.kv_cache_gib,
                              enforce_eager=opts.enforce_eager, block_tokens=rf.BLOCK_TOKENS[name],
                              version=opts.engine_version, async_scheduling=opts.async_scheduling,
-                             scheduler_steps=opts.num_scheduler_steps or 1, logprobs=opts.in_process_logprobs)
+                             scheduler_steps=opts.num_scheduler_steps or 1, logprobs=opts.in_process_logprobs,
+                             executor=opts.distributed_executor_backend)
 
 
 def size_kv(settings: rf.EngineSettings, costs: rf.Costs, tp: int, device_bytes: Optional[float]) -> tuple[
@@ -204,7 +211,7 @@ def size_kv(settings: rf.EngineSettings, costs: rf.Costs, tp: int, device_bytes:
 
 def t_seq_s(s: rf.EngineSettings, tp: int = 1) -> float:
     """The host time per running sequence of the engine's decode step (rf.sync_host_per_seq_s)."""
-    return rf.sync_host_per_seq_s(s.name, s.version, s.async_scheduling, s.scheduler_steps, tp, s.logprobs)
+    return rf.sync_host_per_seq_s(s.name, s.version, s.async_scheduling, s.scheduler_steps, tp, s.logprobs, s.executor)
 
 
 def engine_lines(settings: rf.EngineSettings, kv_tokens: Optional[int], kv_seqs: Optional[int], prompt_len: int,
@@ -218,10 +225,15 @@ def engine_lines(settings: rf.EngineSettings, kv_tokens: Optional[int], kv_seqs:
                                               "(roofline.engine.V0_STEP_HOST_S" + (
                                                   f", once per {s.scheduler_steps} steps: multi-step scheduling"
                                                   if s.scheduler_steps > 1 else "") + ")" if v0 else ""))
+    if s.executor:
+        mode += f"; executor {s.executor}"
     sync = t_seq_s(s, tp)
     if sync:
         which = "V0_TP_HOST_PER_SEQ_S: V0 over several GPUs" if tp > 1 and rf.is_v0(s.name, s.version) \
-            else "SYNC_HOST_PER_SEQ_S: no async scheduling"
+            else "SYNC_HOST_PER_SEQ_S: no async scheduling" + (
+                " (vLLM's ray executor before 0.21: RAY_ASYNC_SCHEDULING_VERSION)"
+                if s.async_scheduling is None and s.executor == "ray" and rf.version_tuple(
+                    s.version or "99.0")[:2] >= rf.ASYNC_SCHEDULING_DEFAULT_VERSION else "")
         if s.logprobs != "off":
             which += (f"; plus {rf.LOGPROBS_HOST_RATIO[s.logprobs] - 1:g}x SYNC_HOST_PER_SEQ_S for per-token "
                       f"log-probs{' with their text' if s.logprobs == 'text' else ''} in the caller's process, "

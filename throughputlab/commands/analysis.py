@@ -84,6 +84,7 @@ PREDICT_FLAGS = {
     "num_scheduler_steps": "engine.num_scheduler_steps",
     "max_num_batched_tokens": "engine.max_num_batched_tokens", "rope_scaling": "engine.rope_scaling",
     "in_process_logprobs": "engine.in_process_logprobs",
+    "distributed_executor_backend": "engine.distributed_executor_backend",
 }
 
 
@@ -155,6 +156,11 @@ def predict_option(*decls: str, **kw):
                      "synchronous rollout) or text (detokenized: NeMo-RL's synchronous engine), 1.55x or 2.66x the "
                      "host time per running sequence (roofline.engine.LOGPROBS_HOST_RATIO); off for a server or no "
                      "log-probs.")
+@predict_option("--distributed-executor-backend", "distributed_executor_backend",
+                type=click.Choice(["mp", "uni", "external_launcher", "ray"]), shown="not stated: the version's default",
+                help="Analytic prediction, vLLM: the engine's executor. ray (NeMo-RL and OpenRLHF engines of several "
+                     "GPUs) schedules asynchronously only from vLLM 0.21 (RayExecutorV2); before, every decode step "
+                     "adds the host time of scheduling per running sequence, as without async scheduling.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the prediction as a profile (kind=predicted) that `report` and `decide` read.")
 @click.pass_context

@@ -12,7 +12,7 @@ from throughputlab.settings.options import layer_options
 
 COLUMN_KEYS = ("run", "batch", "lr", "samples", "step", "metric")
 ENGINE_KEYS = ("max_num_seqs", "max_model_len", "kv_cache_gib", "enforce_eager", "max_num_batched_tokens",
-               "in_process_logprobs")
+               "in_process_logprobs", "distributed_executor_backend")
 # flag (click parameter name) -> the decide settings key it sets; the settings model holds the defaults
 DECIDE_FLAGS = {
     "profile": "profile", "prompts": "prompts", "group": "group", "baseline": "baseline",
@@ -154,6 +154,9 @@ def build_spec(spec_file: Optional[Path], base: Optional[dict] = None, set_items
 @decide_option("--kv-cache-gib", "kv_cache_gib", type=float, shown="the engine's rule")
 @decide_option("--enforce-eager/--no-enforce-eager", "enforce_eager", shown="as the profile's engine")
 @decide_option("--in-process-logprobs", "in_process_logprobs", type=click.Choice(["off", "ids", "text"]),
+               shown="as the profile's engine, or as --config's framework runs it")
+@decide_option("--distributed-executor-backend", "distributed_executor_backend",
+               type=click.Choice(["mp", "uni", "external_launcher", "ray"]),
                shown="as the profile's engine, or as --config's framework runs it")
 @decide_option("--activation-checkpointing", "activation_checkpointing", is_flag=True)
 @decide_option("--train-backend", "train_backend", type=click.Choice(["fsdp", "megatron"]))

@@ -229,9 +229,9 @@ def generation_model(model: ThroughputModel, pl: Placement, spec: ClusterSpec, e
             update.update(_engine_update(model, pl.tp, util, mem, engine))
         elif mem is not None:
             update["kv_cache_tokens"] = rf.kv_cache_tokens(rf.tp_shard(model.costs, pl.tp), mem, util)
-    elif getattr(engine, "in_process_logprobs", None) not in (None, "off"):
-        log.warning("the rollout's per-token log-probs in the trainer's process (engine.in_process_logprobs) are not "
-                    "added to a measured engine: its host time per sequence stands as measured")
+    elif {getattr(engine, k, None) for k in ("in_process_logprobs", "distributed_executor_backend")} - {None, "off"}:
+        log.warning("engine.in_process_logprobs and engine.distributed_executor_backend are not applied to a measured "
+                    "engine: its host time per sequence stands as measured")
     if model.source == "fit" and eager is not None:
         raise UserError("engine.enforce_eager (--enforce-eager) sets a predicted engine's fixed cost per step; this "
                         "profile's engine was measured as it ran: measure it again with --engine-arg "
@@ -258,13 +258,13 @@ def _engine_update(model: ThroughputModel, tp: int, util: float, mem, engine) ->
     from throughputlab.predict_engine import size_kv, t_seq_s
 
     old = model.engine
-    given = {k: getattr(engine, k, None) for k in ("max_num_seqs", "max_num_batched_tokens", "max_model_len",
-                                                    "kv_cache_gib", "enforce_eager")}
-    given["logprobs"] = getattr(engine, "in_process_logprobs", None)
+    names = {k: k for k in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "kv_cache_gib", "enforce_eager")}
+    given = {k: getattr(engine, v, None) for k, v in {**names, "logprobs": "in_process_logprobs",
+                                                      "executor": "distributed_executor_backend"}.items()}
     settings = old.model_copy(update={"memory_fraction": util, **{k: v for k, v in given.items() if v is not None}})
     settings, tokens = size_kv(settings, model.costs, tp, mem)
     # eager mode: the settings carry it (the step is max(host launches, device time), roofline.eager_step_s). The
-    # host time per running sequence, priced at the profile's TP and log-probs, moves with the engines' own.
+    # host time per running sequence, priced at the profile's TP, log-probs and executor, moves with the engines'.
     moved = old.host_factor * (t_seq_s(settings, tp) - t_seq_s(old, model.tp or 1))
     out = {"engine": settings, "kv_cache_tokens": tokens, "max_num_seqs": settings.max_num_seqs}
     if moved and model.decode is not None:

@@ -111,6 +111,10 @@ class EngineShape(_Spec):
         "ids (veRL's synchronous rollout) or text (detokenized: NeMo-RL's synchronous engine), more host time per "
         "running sequence a decode step (roofline.engine.LOGPROBS_HOST_RATIO). A predicted profile's engine only."))
     max_model_len: Optional[int] = Field(None, gt=0, description="The engines' max_model_len (sizes vLLM's profile run).")
+    distributed_executor_backend: Optional[Literal["mp", "uni", "external_launcher", "ray"]] = Field(None, description=(
+        "vLLM's executor: ray (NeMo-RL's and OpenRLHF's engines of several GPUs) schedules asynchronously only from "
+        "vLLM 0.21, so on the profile's earlier engine every decode step keeps its host time per running sequence "
+        "(roofline.engine.RAY_ASYNC_SCHEDULING_VERSION). A predicted profile's engine only."))
 
 
 class RewardShape(_Spec):

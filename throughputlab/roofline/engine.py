@@ -91,6 +91,17 @@ V0_TP_HOST_PER_SEQ_S = 0.12e-3
 # frontend's) or async scheduling overlaps this work with the device's step.
 LOGPROBS_HOST_RATIO = {"off": 1.0, "ids": 1.55, "text": 2.66}
 ASYNC_SCHEDULING_DEFAULT_VERSION = (0, 14)
+# The default applies where the engine's executor can overlap: vLLM turns async scheduling on by itself only for the
+# `mp`, `uni` and `external_launcher` executors (vllm/config/vllm.py, VllmConfig.__post_init__; later
+# Executor.supports_async_scheduling(), which the compiled-graph RayDistributedExecutor does not override: vLLM PR
+# #25887, Sept 2025, "async scheduling ... does not support Ray as a backend"). RL frameworks run an engine of
+# several GPUs on Ray (NeMo-RL v0.3-v0.7 and OpenRLHF: distributed_executor_backend="ray" for TP > 1), so those
+# engines keep the host work in their step. RayExecutorV2 (vLLM PR #36836, Mar 2026: MessageQueue control plane,
+# async scheduling) replaced it as the "ray" default in 0.21 (SkyRL issue #1653: CI run with
+# VLLM_USE_RAY_V2_EXECUTOR_BACKEND=1 "prior to vllm 0.21.0", closed on moving to 0.23.0 "where v2 is the
+# default"; the release that flipped it is not named there, 0.21 taken).
+RAY_ASYNC_SCHEDULING_VERSION = (0, 21)
+EXECUTORS = ("mp", "uni", "external_launcher", "ray")
 EAGER_LAYER_S = {"vllm": 0.80e-3, "sglang": 0.29e-3, "trtllm": 0.80e-3}
 # A weight GEMM of a decode step costs a fixed ~4 us above its bytes' time (onnxruntime issue #32382,
 # H100, M=1 GEMV kernels at decode shapes: 6.3-14 us for 1.6-14 MB, 16-62% of the achievable
@@ -126,7 +137,8 @@ class EngineSettings(BaseModel):
     enforce_eager: bool = False
     block_tokens: int = 16
     version: Optional[str] = None  # the engine's version where it changes the step (vLLM before 0.8: V0)
-    async_scheduling: Optional[bool] = None  # vLLM: None = its version's default (on from 0.14)
+    async_scheduling: Optional[bool] = None  # vLLM: None = its version's default (on from 0.14; "ray" from 0.21)
+    executor: Optional[Literal["mp", "uni", "external_launcher", "ray"]] = None  # vLLM distributed_executor_backend
     scheduler_steps: int = 1  # vLLM V0 multi-step scheduling: decode steps per host round
     logprobs: Literal["off", "ids", "text"] = "off"  # per-token log-probs an in-process engine returns (RL rollouts)
     host_factor: float = 1.0  # the host's dispatch time against an x86 H100 host's (calibration.Efficiencies)
@@ -260,11 +272,12 @@ def engine_version_step_s(engine: str, version: Optional[str], scheduler_steps: 
 
 
 def sync_host_per_seq_s(engine: str, version: Optional[str], async_scheduling: Optional[bool] = None,
-                        scheduler_steps: int = 1, tp: int = 1, logprobs: str = "off") -> float:
+                        scheduler_steps: int = 1, tp: int = 1, logprobs: str = "off",
+                        executor: Optional[str] = None) -> float:
     """Host time per running sequence a decode step adds: V0_TP_HOST_PER_SEQ_S for vLLM's V0 engine over ``tp`` > 1
-    GPUs; SYNC_HOST_PER_SEQ_S for vLLM without async scheduling (given, or by version: off before 0.14; a version
-    not given is a current engine, on); else 0 (SGLang's and TensorRT-LLM's overlap schedulers hide it). Where it
-    is paid, an in-process engine's per-token ``logprobs`` ("ids" or "text") add LOGPROBS_HOST_RATIO's share."""
+    GPUs; SYNC_HOST_PER_SEQ_S for vLLM without async scheduling (given, or :func:`async_scheduling_default`); else 0
+    (SGLang's and TensorRT-LLM's overlap schedulers hide it). Where it is paid, an in-process engine's per-token
+    ``logprobs`` ("ids" or "text") add LOGPROBS_HOST_RATIO's share."""
     if engine != "vllm":
         return 0.0
     steps = max(scheduler_steps, 1)
@@ -272,8 +285,20 @@ def sync_host_per_seq_s(engine: str, version: Optional[str], async_scheduling: O
     if tp > 1 and is_v0(engine, version):
         return V0_TP_HOST_PER_SEQ_S / steps + extra
     if async_scheduling is None:
-        async_scheduling = not version or version_tuple(version)[:2] >= ASYNC_SCHEDULING_DEFAULT_VERSION
+        async_scheduling = async_scheduling_default(version, executor)
     return 0.0 if async_scheduling else SYNC_HOST_PER_SEQ_S / steps + extra
+
+
+def async_scheduling_default(version: Optional[str], executor: Optional[str] = None) -> bool:
+    """Whether vLLM schedules asynchronously by itself: from 0.14 (ASYNC_SCHEDULING_DEFAULT_VERSION), and on the
+    "ray" executor only from 0.21 (RAY_ASYNC_SCHEDULING_VERSION, RayExecutorV2); a version not given is a current
+    engine (on)."""
+    if not version:
+        return True
+    v = version_tuple(version)[:2]
+    if executor == "ray" and v < RAY_ASYNC_SCHEDULING_VERSION:
+        return False
+    return v >= ASYNC_SCHEDULING_DEFAULT_VERSION
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
