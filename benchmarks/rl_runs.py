@@ -53,7 +53,7 @@ from throughputlab.roofline import rl as rf_rl  # noqa: E402
 DATA_DIR = ROOT / "benchmarks" / "data" / "rl_runs"
 STEP_TOL, PHASE_TOL, FAR, SHARE = 0.15, 0.25, 2.0, 0.80  # the targets: step, phases, no phase off by 2x, 80% of runs
 PHASES = ("gen_s", "logprob_s", "train_s", "critic_s", "offload_s", "sync_s", "step_s")
-# the folder name's model -> (a preset or a config under published/models or rl_runs/models, note); None: cannot
+# the folder name's model -> (a preset or a config under published/models, note); None: cannot
 MODELS = {
     "llama3.1-8b-instruct": ("llama3.1-8b", ""),
     "llama3.1-70b": ("llama3.1-70b", ""),
@@ -431,12 +431,8 @@ def offload_split(base: dict, offload_s: float, param_bytes: int) -> dict[str, f
 
 
 def model_spec(name: str):
-    """A preset or a config under benchmarks/data/published/models/ (published.py's resolve_spec), else one
-    under benchmarks/data/rl_runs/models/."""
-    try:
-        return resolve_spec(name)
-    except UserError:
-        return resolve_spec(name, DATA_DIR / "models")
+    """A preset or a config under benchmarks/data/published/models/ (published.py's resolve_spec)."""
+    return resolve_spec(name)
 
 
 def _primary(run: Run) -> Measurement:

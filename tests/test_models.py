@@ -58,7 +58,12 @@ def test_moe_weight_bytes_grow_from_active_to_total():
 def test_presets_include_the_required_models():
     names = set(preset_names())
     assert {"tiny", "demo", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b", "qwen3-8b", "llama3.1-8b",
-            "qwen3-30b-a3b"} <= names
+            "qwen3-30b-a3b", "qwen3-14b", "qwen3-32b", "qwen3-235b-a22b", "llama3.3-70b", "llama3.1-405b"} <= names
+    # parameter counts as the model cards state them (14.8B, 32.8B, 235B with 22B active, 405B)
+    for name, total, active in (("qwen3-14b", 14.8e9, 14.8e9), ("qwen3-32b", 32.8e9, 32.8e9),
+                                ("qwen3-235b-a22b", 235e9, 22e9), ("llama3.1-405b", 405e9, 405e9)):
+        spec = resolve_model(name).spec
+        assert spec.params_total == pytest.approx(total, rel=0.01) and spec.params_active == pytest.approx(active, rel=0.02)
     assert 80e6 < resolve_model("demo").spec.params_total < 130e6
     assert resolve_model("tiny").spec.params_total < 10e6
 
