@@ -136,3 +136,18 @@ def test_mla_and_moe_parameter_count_equals_the_transformers_model(q_lora_rank):
     router_bias = sum(p.numel() for n, p in model.named_parameters() if "e_score_correction_bias" in n)
     counted = sum(p.numel() for p in model.parameters()) - router_bias
     assert spec_from_config(cfg, "mla-tiny", "folder").params_total == counted
+
+
+def test_an_unreachable_hub_id_names_the_preset_that_holds_its_config(monkeypatch):
+    from throughputlab import models
+
+    assert models.preset_for_hub_id("Qwen/Qwen3-32B") == "qwen3-32b"
+    assert models.preset_for_hub_id("meta-llama/Llama-3.1-8B") == "llama3.1-8b"  # the Instruct preset's architecture
+    assert models.preset_for_hub_id("meta-llama/Llama-2-7b-chat-hf") == "llama2-7b"
+    assert models.preset_for_hub_id("someone/finetune-7b") is None
+    monkeypatch.setattr(models, "_resolves", lambda host: False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    with pytest.raises(UserError, match="the preset qwen3-32b holds its config.json: --model qwen3-32b"):
+        resolve_model("Qwen/Qwen3-32B")
+    with pytest.raises(UserError, match=r"use a preset \(`throughputlab models`\)"):
+        resolve_model("someone/finetune-7b")

@@ -110,6 +110,20 @@ def _resolves(host: str) -> bool:
         return False
 
 
+def preset_for_hub_id(model_id: str) -> Optional[str]:
+    """The preset whose config is the hub model's (its description opens with the hub id; an -Instruct or -Base
+    release shares its base's architecture), else None."""
+    def bare(hub: str) -> str:
+        return re.sub(r"(-(instruct|base|hf|chat|it))+$", "", hub.lower())
+
+    want = bare(model_id)
+    for name in preset_names():
+        desc = preset_description(name).split(" ", 1)[0]
+        if "/" in desc and bare(desc) == want:
+            return name
+    return None
+
+
 def _from_hub(model_id: str, random_weights: bool, trust_remote_code: bool) -> ResolvedModel:
     try:
         from transformers import AutoConfig
@@ -122,9 +136,11 @@ def _from_hub(model_id: str, random_weights: bool, trust_remote_code: bool) -> R
     if cfg is None and not os.environ.get("HF_HUB_OFFLINE"):
         host = hub_host()
         if not _resolves(host):  # no name service for the hub: fail now, not after the client's retries
+            same = preset_for_hub_id(model_id)
+            hint = (f"the preset {same} holds its config.json: --model {same}" if same
+                    else "use a preset (`throughputlab models`)")
             raise UserError(f"--model {model_id}: not in the local Hugging Face cache, and the hub ({host}) cannot "
-                            "be reached from this machine; use a preset (`throughputlab models`) or a local folder "
-                            "with config.json")
+                            f"be reached from this machine; {hint}, or a local folder with config.json")
     try:
         if cfg is None:
             cfg = AutoConfig.from_pretrained(model_id, trust_remote_code=trust_remote_code).to_dict()
