@@ -68,6 +68,8 @@ MODELS = {
     "qwen3-235b-a22b": ("qwen3-235b-a22b", ""),
     "deepseek-v3": ("deepseek-v3", ""),
     "deepseek-v3-671b": ("deepseek-v3", ""),
+    "deepseek-llm-7b-chat": ("deepseek-llm-7b", "deepseek-llm-7b-chat is initialized from deepseek-llm-7b-base (its "
+                             "hub README): the preset's architecture"),
 }
 # published timers with no phase of the step model, and why
 NOT_MODELLED = {
@@ -579,7 +581,10 @@ def pairs(rows: list[Row]) -> list[dict]:
 
 
 def _worst(rows: list[Row], n: int) -> list[dict]:
-    pairs_ = sorted(((c, r) for r in rows for c in r.compared), key=lambda cr: -abs(math.log(cr[0].ratio)))[:n]
+    def off(ratio: float) -> float:  # a phase predicted at 0 (or not at all) is the worst of all
+        return abs(math.log(ratio)) if ratio > 0 else math.inf
+
+    pairs_ = sorted(((c, r) for r in rows for c in r.compared), key=lambda cr: -off(cr[0].ratio))[:n]
     return [{"run": r.run, "measurement": r.measurement, "timer": c.timer, "model": c.model, "ratio": c.ratio}
             for c, r in pairs_]
 

@@ -171,3 +171,12 @@ def test_json_holds_every_row_and_the_summary(tmp_path, capsys):
     data = json.loads(out.read_text())
     assert [r["run"] for r in data["rows"]] == [GRPO]
     assert data["rows"][0]["compared"][0]["ratio"] > 0 and "per_run" in data["summary"]
+
+
+def test_a_phase_predicted_at_zero_ranks_worst_without_failing():
+    r = h.Row(run="r", measurement="m", framework="verl", placement="colocated", config_complete=True, primary=True,
+              published_step=10.0, predicted=True)
+    r.compared = [h.Compared("timing_s/step", 10.0, 9.0, "step", 0.9),
+                  h.Compared("timing_s/update_critic", 5.0, 0.0, "critic", 0.0)]
+    worst = h._worst([r], 2)
+    assert [w["timer"] for w in worst] == ["timing_s/update_critic", "timing_s/step"]
