@@ -163,6 +163,10 @@ def fsdp_memory_per_rank_bytes(costs: Costs, n: int, b, activation_per_sequence:
 #   23% (no other fp8 FSDP record found).
 # H200 fp8: torchtitan benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md at 4a61bd8, FSDP + compile +
 #   Float8 (float8 all-gather) on 32 H200, 10938 tok/s/GPU: 29%.
+# AMD CDNA3 16-bit: no published FSDP run. H100's 43% scaled by what dense BF16 GEMMs sustain on each (AMD's
+#   max-achievable FLOPs, hipBLASLt: MI300X 708 of 1,307 TFLOP/s, 54%, MI325X 843, 64.5%; H100 about 720 of 989,
+#   73%, SemiAnalysis Dec 2024: the shares calibration.py's CDNA3 rows scale decode and prefill by): MI300X 32%,
+#   MI325X 38%.
 # Other devices and dtypes: 40% (TRAIN_MFU_FALLBACK), no published run behind it.
 _A100 = "median of torchtitan (64 A100), llm-foundry (MPT, 8-128 A100) and fms-fsdp (Llama 2, 128 A100) FSDP runs"
 _H100 = "median of llm-foundry (MPT, 8-128 H100), fms-fsdp (Llama 2, 96 H100) and torchtitan (8B, 32-64 H200) FSDP runs"
@@ -175,6 +179,10 @@ TRAIN_MFU = {
     ("H100", "fp8"): (0.23, "torchtitan llama3_h100_202412 record (500 W H100s), Llama 3.1 8B FSDP+compile+Float8"),
     ("H800", "fp8"): (0.23, "torchtitan llama3_h100_202412 record on 500 W H100s (H800: same SMs), Float8"),
     ("H200", "fp8"): (0.29, "torchtitan llama3-8b_h200_202506 record (Trainy), FSDP+compile+Float8 on 32 H200"),
+    ("MI300X", "16-bit"): (0.32, "H100's FSDP share x the dense BF16 GEMM share on CDNA3 against H100 (AMD max-"
+                                 "achievable FLOPs 54% of peak vs 73%): no published MI300X FSDP run"),
+    ("MI325X", "16-bit"): (0.38, "H100's FSDP share x the dense BF16 GEMM share on CDNA3 against H100 (AMD max-"
+                                 "achievable FLOPs 64.5% of peak vs 73%): no published MI325X FSDP run"),
 }
 TRAIN_MFU_FALLBACK = 0.40
 
