@@ -241,6 +241,11 @@ def test_a_verl_script_without_its_gpu_count_takes_verls_default(tmp_path):
     assert "veRL's default 8" in rc.knob("trainer.n_gpus_per_node").note
     p.write_text("python3 -m verl.trainer.main_ppo data.train_batch_size=64 trainer.n_gpus_per_node=2\n")
     assert read_run_config(p).gpus == 2
+    # enforce_eager's default moved (true before veRL v0.6.0, false since): left to the profile, and said so
+    rc = read_run_config(p)
+    assert rc.enforce_eager is None and "true before" in rc.knob("actor_rollout_ref.rollout.enforce_eager").note
+    p.write_text("python3 -m verl.trainer.main_ppo actor_rollout_ref.rollout.enforce_eager=True\n")
+    assert read_run_config(p).enforce_eager is True
 
 
 def test_a_comment_line_between_continued_lines_is_refused_naming_the_line(tmp_path):

@@ -136,7 +136,10 @@ def _rollout(ctx: Ctx) -> None:
         ctx.note(f"{R}.tensor_model_parallel_size", ROLLOUT_TP_DEFAULT,
                  f"not set: veRL's default {ROLLOUT_TP_DEFAULT} (rollout.yaml)")
     ctx.float(f"{R}.gpu_memory_utilization", "gpu_memory_utilization", lo=0.01, hi=1.0)
-    ctx.bool(f"{R}.enforce_eager", "enforce_eager")
+    if ctx.bool(f"{R}.enforce_eager", "enforce_eager") is None and ctx.fields.get("rollout_engine") != "hf":
+        # rollout.yaml from v0.6.0 (volcengine/verl #2956, 2025-08-08): False; ppo_trainer.yaml before it: True
+        ctx.note(f"{R}.enforce_eager", None, "not set: veRL's default is false from v0.6.0, true before; the "
+                 "profile's engine is taken (CUDA graphs when predicted): set it true for an older veRL")
     ctx.int(f"{R}.max_num_seqs", "max_num_seqs")
     ctx.int(f"{R}.max_num_batched_tokens", "max_num_batched_tokens")
     dtype = ctx.str(f"{R}.dtype", note="engine weights and activations", choices=DTYPES)
