@@ -102,6 +102,27 @@ def test_colocated_sync_reshards_and_sleeps_split_sync_crosses_the_link(q7_8xh10
     assert set(split.idle_share) == {"generation devices", "training devices"}
 
 
+def test_a_pipelined_sync_takes_the_longer_of_gather_and_send_and_moves_16_bit_weights(q7_8xh100):
+    from throughputlab.decide.cluster import Placement, sync_s
+    from throughputlab.records.profile import Profile
+
+    model = load_model(Profile.load(q7_8xh100))
+    pl = Placement(kind="split", gpus=16, gen_gpus=8, train_gpus=8, tp=1, nodes=2)
+    spec = ClusterSpec(gpus=16, nodes=2)
+    serial, piped = (sync_s(model, pl, spec, None, 0.0, False, p) for p in (False, True))
+    move = rf.transfer_s(rf.sync_weight_bytes(model.costs), 2e10)  # the send, at a rate sync_s is given
+    sent, sent_piped = (sync_s(model, pl, spec, 2e10, 0.0, False, p) for p in (False, True))
+    gather = sent - move  # gathering from 8 FSDP shards, then the send
+    assert 0 < gather < move and sent_piped == pytest.approx(move) and sent == pytest.approx(move + gather)
+    assert 0 < piped < serial <= 2 * piped
+    # the trainer's 16-bit weights cross, whatever the engine's dtype: an FP8 engine quantizes them as it loads
+    c16 = rf.Costs.from_spec(resolve_model("llama3.1-8b").spec, 2)
+    c8 = rf.Costs.from_spec(resolve_model("llama3.1-8b").spec, 1)
+    assert rf.sync_weight_bytes(c16) == rf.all_weight_bytes(c16) == pytest.approx(2 * c8.total_params)
+    assert rf.sync_weight_bytes(c8) == pytest.approx(rf.sync_weight_bytes(c16))
+    assert rf.sync_weight_bytes(c8) > rf.all_weight_bytes(c8)
+
+
 @pytest.mark.slow
 def test_placement_search_ranks_colocated_against_splits(q7_8xh100, tmp_path):
     out = tmp_path / "d.json"

@@ -1,4 +1,5 @@
-"""Per-token log-probs returned by an engine in the caller's process (RL rollouts): more host time per running
+"""Host time the frameworks' rollouts add (per-token log-probs in the caller's process, the Ray executor) and how they sync
+weights; per-token log-probs returned by an engine in the caller's process (RL rollouts): more host time per running
 sequence a decode step, where the engine pays its host time in the step (vLLM without async scheduling)."""
 
 from __future__ import annotations
@@ -190,3 +191,18 @@ def test_configs_of_ray_engines_say_so_and_decide_prices_it_on_the_profiles_vers
         gen[version] = (_gen_s(str(prof), tmp_path), _gen_s(str(prof), tmp_path, "--distributed-executor-backend", "ray"))
     assert gen["0.17.1"][1] > gen["0.17.1"][0] * 1.01
     assert gen["0.21.0"][1] == pytest.approx(gen["0.21.0"][0])
+
+
+def test_nemo_rl_split_runs_sync_in_pipelined_buckets_others_do_not():
+    from throughputlab.decide.runconfig import decide_data
+    from throughputlab.rlconfig import read_run_config
+
+    split = read_run_config(NEMO / "grpo-qwen2.5-7b-2n8g-split.yaml")
+    data, used, _ = decide_data(split)
+    assert data["shape"]["sync"]["pipelined"] is True
+    assert any(u.startswith("shape.sync.pipelined = True: NeMo-RL broadcasts the weights in packed buckets") for u in used)
+    colocated = decide_data(read_run_config(NEMO / "grpo-qwen2.5-7b-2n8g-dtensor.yaml"))[0]
+    assert "pipelined" not in colocated["shape"].get("sync", {})
+    verl = read_run_config(DATA / "verl_printed_ppo.yaml")
+    assert "pipelined" not in decide_data(verl.model_copy(update={"placement": "split", "rollout_gpus": 4}))[0][
+        "shape"].get("sync", {})

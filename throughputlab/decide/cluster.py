@@ -341,11 +341,11 @@ def relinked(comm: CommParams, nodes: int, gpus_per_group: int) -> CommParams:
 
 
 def sync_s(model: ThroughputModel, pl: Placement, spec: ClusterSpec, link_bytes_per_s: Optional[float],
-           latency_s: float, on_gpu: bool) -> float:
-    """Moving the trained weights into the engines: gather them from the FSDP shards, copy each
-    engine's TP shard into place (colocated) or send the weights over the link (split), plus the
-    engines' sleep and wake when colocated on GPUs."""
-    w = rf.all_weight_bytes(model.costs)
+           latency_s: float, on_gpu: bool, pipelined: bool = False) -> float:
+    """Moving the trained weights into the engines: gather them from the FSDP shards, copy each engine's TP
+    shard into place (colocated) or send the weights over the link (split), plus the engines' sleep and wake
+    when colocated on GPUs; ``pipelined``: in buckets from two buffers, the longer of gather and move."""
+    w, engine_w = rf.sync_weight_bytes(model.costs), rf.all_weight_bytes(model.costs)
     comm = model.comm
     gather = 0.0
     if pl.train_gpus > 1 and comm is not None:
@@ -361,9 +361,9 @@ def sync_s(model: ThroughputModel, pl: Placement, spec: ClusterSpec, link_bytes_
                             "shape.sync.bytes_per_s (bytes/s) in the RL shape file")
         move = rf.transfer_s(w, rate)
     sleep = spec.sleep_wake_s if spec.sleep_wake_s is not None else (
-        rf_rl.sleep_wake_s(w / max(pl.tp, 1), spec.sleep_level, pl.per_node, pl.host_rate)
+        rf_rl.sleep_wake_s(engine_w / max(pl.tp, 1), spec.sleep_level, pl.per_node, pl.host_rate)
         if pl.kind == "colocated" and on_gpu else 0.0)
-    return float(latency_s + gather + move + sleep)
+    return float(latency_s + (max(gather, move) if pipelined else gather + move) + sleep)
 
 
 def _refit_rate(model: ThroughputModel, groups: int) -> float:

@@ -117,6 +117,10 @@ def decide_data(rc: RunConfig) -> tuple[dict[str, Any], list[str], list[str]]:
     elif rc.placement in ("one-step-off", "split"):
         put("cluster.placement", "split", "generation on its own GPUs")
         put("cluster.gen_gpus", rc.rollout_gpus, "GPUs that generate")
+        if rc.framework == "nemo-rl":
+            put("shape.sync.pipelined", True, "NeMo-RL broadcasts the weights in packed buckets from two buffers on "
+                "their own CUDA streams (nemo_rl/utils/packed_tensor.py, NRL_REFIT_NUM_BUFFERS=2 from v0.4.0): the "
+                "next bucket's gather overlaps this one's broadcast")
         if rc.placement == "split":
             put("shape.overlap", "separate", "training waits for generation (no step off-policy)")
         if rc.off_policy_steps and rc.off_policy_steps > 1:

@@ -90,6 +90,10 @@ class CriticShape(_Spec):
 class SyncShape(_Spec):
     bytes_per_s: Optional[float] = None  # colocated default: a device copy at the fitted bandwidth
     latency_s: float = 0.0
+    pipelined: bool = Field(False, description=(
+        "The weights go over in buckets from two buffers, so gathering the next bucket from the training shards "
+        "overlaps sending this one (NeMo-RL's packed broadcast from v0.4): the sync takes the longer of the two, "
+        "not their sum."))
 
 
 class EngineShape(_Spec):

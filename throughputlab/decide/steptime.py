@@ -193,14 +193,14 @@ class StepModel:
         if bw is not None and bw <= 0:
             raise UserError(f"sync.bytes_per_s must be positive, got {bw}")
         if self.placement is not None:
-            return sync_s(self.train_model, self.placement, self.cluster, bw, s.latency_s, self.on_gpu)
+            return sync_s(self.train_model, self.placement, self.cluster, bw, s.latency_s, self.on_gpu, s.pipelined)
         if bw is None:
             if self.shape.overlap != "colocated":
                 raise UserError(f"with --overlap {self.shape.overlap} the weights cross devices: set sync.bytes_per_s "
                                 "(the link's bandwidth in bytes/s) in the RL shape file")
             d = self.model.require("decode")
-            return rf.device_copy_s(rf.all_weight_bytes(self.model.costs), d.bw_bytes_per_s, s.latency_s)
-        return rf.transfer_s(rf.all_weight_bytes(self.model.costs), bw, s.latency_s)
+            return rf.device_copy_s(rf.sync_weight_bytes(self.model.costs), d.bw_bytes_per_s, s.latency_s)
+        return rf.transfer_s(rf.sync_weight_bytes(self.model.costs), bw, s.latency_s)
 
     def _launch_s(self, model: ThroughputModel, backward: bool) -> float:
         """The per-layer launch cost of one pass (:func:`rf.pass_launch_s`) for an analytic profile; a

@@ -33,6 +33,7 @@ class Costs(BaseModel):
     moe_layers: int = 0
     moe_expert_bytes: float = 0.0  # one expert in one layer
     total_weight_bytes: Optional[float] = None  # every parameter (all experts, input embedding); None: not recorded
+    total_params: Optional[float] = None  # every parameter, counted (None in costs stored before it)
     hidden_size: Optional[int] = None  # for the tensor-parallel all-reduces (None in fits stored before them)
     num_layers: Optional[int] = None
     num_kv_heads: Optional[int] = None
@@ -66,6 +67,7 @@ class Costs(BaseModel):
             moe_layers=moe.moe_layers if moe else 0,
             moe_expert_bytes=float(moe.expert_params * bytes_per_param) if moe else 0.0,
             total_weight_bytes=float(spec.params_total * bytes_per_param + extra_total),
+            total_params=float(spec.params_total),
             hidden_size=spec.hidden_size, num_layers=spec.num_layers, num_kv_heads=spec.num_kv_heads,
             mlp_width=width, vocab_size=spec.vocab_size,
         )
@@ -88,6 +90,17 @@ def weight_bytes(costs: Costs, tokens):
     touched = experts_touched(costs.moe_num_experts, k, tokens)
     w = costs.weight_bytes + costs.moe_layers * (touched - k) * costs.moe_expert_bytes
     return _out(np.where(tokens <= 1, costs.weight_bytes, w))
+
+
+def sync_weight_bytes(costs: Costs) -> float:
+    """What a weight sync moves from the trainer: every weight at the trainer's 16 bits whatever the engine's
+    dtype. An 8-bit engine quantizes the weights as it loads them (NeMo-RL's FP8 refit: the vLLM worker's
+    load_weights casts each incoming bf16 tensor, nemo_rl/models/generation/fp8.py at v0.5.0; vLLM's online
+    fp8 likewise), so 8-bit costs count 2 bytes a parameter; 16 and 32 bits as they are."""
+    if costs.bytes_per_param >= 2:
+        return all_weight_bytes(costs)
+    params = costs.total_params if costs.total_params is not None else all_weight_bytes(costs) / costs.bytes_per_param
+    return 2.0 * params
 
 
 def all_weight_bytes(costs: Costs) -> float:
