@@ -63,10 +63,12 @@ def test_a_small_kv_cache_flattens_the_sweep_and_the_fit_says_so(tmp_path):
     # weighs 1/waves of the run, so tokens/s nears the plateau from below (2 waves read 210-299 tokens/s across
     # runs, 4 and 8 waves 251-305). Judged at 4x and 8x the limit: doubling the requests there gained 0.92x to
     # 1.15x in four runs (the drain's share halving gives about 1.1x), where an engine admitting them all would
-    # double its batch; and no higher than the widest admitted batch allows (238 to 332 tokens/s at the limit
-    # across runs: a 35% bound). Medians of three repeats.
+    # double its batch; and not much higher than the widest admitted batch allows (238 to 332 tokens/s at the limit
+    # across runs on a 2-core AMD EPYC, up to 1.28x of it past the limit; 766 and 1,038 tokens/s, 1.36x, in one run on
+    # a 2-core Intel Xeon, where the fixed cost of a generate call weighs more against its faster steps: a 50% bound).
+    # Medians of three repeats.
     assert max(past) < 1.25 * min(past), past
-    assert max(past) < 1.35 * at, (at, past)
+    assert max(past) < 1.5 * at, (at, past)
     held = [p for p in g.points if p.x > limit]
     # the fit predicts a queued point as waves of the limit at the admitted curve's rate; it does not model the
     # last wave's drain shrinking with the waves, so it reads low by up to 22% at 8 waves (-10%, -20%, -22% at
