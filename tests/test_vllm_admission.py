@@ -71,6 +71,7 @@ def test_a_small_kv_cache_flattens_the_sweep_and_the_fit_says_so(tmp_path):
     assert max(past) < 1.5 * at, (at, past)
     held = [p for p in g.points if p.x > limit]
     # the fit predicts a queued point as waves of the limit at the admitted curve's rate; it does not model the
-    # last wave's drain shrinking with the waves, so it reads low by up to 22% at 8 waves (-10%, -20%, -22% at
-    # 2, 4, 8 waves in one run; within 5% in another)
-    assert held and all(abs(p.loo_rel_error) < 0.25 for p in held), [(p.x, p.loo_rel_error) for p in held]
+    # last wave's drain shrinking with the waves, nor the queued requests' prefills riding in the running ones'
+    # decode steps, so it reads low: -10%, -20%, -22% at 2, 4, 8 waves in one EPYC run, within 5% in another;
+    # -14% and -29% at 2 and 4 waves in one run on a 2-core Intel Xeon (a 35% bound; low, never high)
+    assert held and all(-0.35 < p.loo_rel_error < 0.1 for p in held), [(p.x, p.loo_rel_error) for p in held]
