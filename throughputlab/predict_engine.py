@@ -232,8 +232,8 @@ def engine_lines(settings: rf.EngineSettings, kv_tokens: Optional[int], kv_seqs:
         which = "V0_TP_HOST_PER_SEQ_S: V0 over several GPUs" if tp > 1 and rf.is_v0(s.name, s.version) \
             else "SYNC_HOST_PER_SEQ_S: no async scheduling" + (
                 " (vLLM's ray executor before 0.21: RAY_ASYNC_SCHEDULING_VERSION)"
-                if s.async_scheduling is None and s.executor == "ray" and rf.version_tuple(
-                    s.version or "99.0")[:2] >= rf.ASYNC_SCHEDULING_DEFAULT_VERSION else "")
+                if s.async_scheduling is None and rf.async_scheduling_default(s.version)
+                and not rf.async_scheduling_default(s.version, s.executor) else "")
         if s.logprobs != "off":
             which += (f"; plus {rf.LOGPROBS_HOST_RATIO[s.logprobs] - 1:g}x SYNC_HOST_PER_SEQ_S for per-token "
                       f"log-probs{' with their text' if s.logprobs == 'text' else ''} in the caller's process, "

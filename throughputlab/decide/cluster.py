@@ -363,7 +363,7 @@ def sync_s(model: ThroughputModel, pl: Placement, spec: ClusterSpec, link_bytes_
     sleep = spec.sleep_wake_s if spec.sleep_wake_s is not None else (
         rf_rl.sleep_wake_s(engine_w / max(pl.tp, 1), spec.sleep_level, pl.per_node, pl.host_rate)
         if pl.kind == "colocated" and on_gpu else 0.0)
-    return float(latency_s + (max(gather, move) if pipelined else gather + move) + sleep)
+    return float(rf_rl.weight_sync_s(gather, move, pipelined, latency_s) + sleep)
 
 
 def _refit_rate(model: ThroughputModel, groups: int) -> float:

@@ -206,6 +206,12 @@ def wake_s(weight_bytes_per_gpu: float, level: int = 1, gpus_copying: int = 1,
     return WAKE_FIXED_S + move
 
 
+def weight_sync_s(gather_s: float, move_s: float, pipelined: bool = False, latency_s: float = 0.0) -> float:
+    """A weight sync's gather from the training shards and its move into the engines: one after the other, or,
+    ``pipelined`` (buckets from two buffers, NeMo-RL's packed broadcast), the longer of the two."""
+    return latency_s + (max(gather_s, move_s) if pipelined else gather_s + move_s)
+
+
 def sleep_wake_s(weight_bytes_per_gpu: float, level: int = 1, gpus_copying: int = 1,
                  host_bytes_per_s: float = HOST_LINK_BYTES_PER_S) -> float:
     """One update's sleep and wake-up of a colocated engine's GPU (:func:`sleep_s` + :func:`wake_s`)."""
