@@ -100,3 +100,12 @@ def test_megatron_on_a_mixture_of_experts_keeps_its_share_and_reads_older_profil
         out, note = backend_train_model(m, "megatron", "H100 SXM")
         assert out.train.phi_flops_per_s == pytest.approx(want, rel=1e-9)
         assert f"Megatron training at {want / peak:.0%} of the H100 SXM" in note and "mixture of experts" in note
+
+
+def test_cdna3_trains_at_h100s_fsdp_share_scaled_by_its_gemm_share():
+    h100 = rf.train_mfu("H100 SXM", "bfloat16")[0]
+    mi300x, src = rf.train_mfu("MI300X", "bfloat16")
+    assert mi300x == pytest.approx(h100 * 0.54 / 0.73, abs=0.01) and "max-achievable" in src
+    assert rf.train_mfu("MI325X", "bfloat16")[0] == pytest.approx(h100 * 0.645 / 0.73, abs=0.01)
+    assert mi300x < rf.TRAIN_MFU_FALLBACK  # no longer the 40% fallback
+    assert "fallback" in rf.train_mfu("MI300X", "fp8")[1]  # no FP8 figure: said so
