@@ -90,7 +90,11 @@ def test_missing_folder_and_folder_errors(tmp_path):
 
 @pytest.mark.slow
 def test_unreachable_hub_id_is_one_line(monkeypatch):
+    import huggingface_hub.constants
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # the client reads the variable once, at import: an earlier import in the session would go to the network
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(UserError) as e:
         resolve_model("some-org/some-model-that-is-not-cached")
     assert "hub" in str(e.value) and "\n" not in str(e.value)
