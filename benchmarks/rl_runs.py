@@ -6,7 +6,8 @@ for the run's model, device and GPUs, then ``throughputlab decide --profile P --
 run's own batch, with the published mean prompt length as ``--prompt-len`` and the published response
 lengths as ``--response-dist``: ``capped:mean=M,clip=C,max=L`` where the clip ratio is published, else
 ``capped:mean=M,sigma=0.6,max=L`` (the share at the cap implied by a lognormal cut there with mean M after
-the cut, which is what a log's mean is). Prints predicted/published
+the cut, which is what a log's mean is); where nothing sits at the cap and the typical step's longest response is
+published, sigma from it (``decide.lengths.sigma_for_longest``, as ``decide --against`` reads a log). Prints predicted/published
 per published timer, mapped onto decide's phases per framework and placement, and a summary against
 the targets.
 
@@ -42,7 +43,7 @@ from throughputlab import __version__  # noqa: E402
 from throughputlab.decide import runconfig  # noqa: E402
 from throughputlab.decide.calculator import decide_from_spec  # noqa: E402
 from throughputlab.decide.cli import build_spec  # noqa: E402
-from throughputlab.decide.lengths import parse_length_dist  # noqa: E402
+from throughputlab.decide.lengths import parse_length_dist, sigma_for_longest  # noqa: E402
 from throughputlab.errors import UserError  # noqa: E402
 from throughputlab.predict import Layout, predict_analytic  # noqa: E402
 from throughputlab.predict_engine import EngineOptions  # noqa: E402
@@ -108,6 +109,7 @@ class Measurement:
     mean_response: Optional[float] = None
     mean_prompt: Optional[float] = None
     clip: Optional[float] = None
+    longest: Optional[float] = None  # the typical step's longest response (median of the per-step max)
     tokens_per_s_per_gpu: Optional[float] = None
     sequences: Optional[int] = None  # responses per step (NeMo-RL's G-GBS)
 
@@ -165,6 +167,7 @@ def _measurement(doc: dict, path: Path, mid: str, where: str) -> Measurement:
                        mean_response=_figure(doc, "mean_response_length", path, where),
                        mean_prompt=_figure(doc, "mean_prompt_length", path, where),
                        clip=_figure(doc, "clip_ratio", path, where),
+                       longest=_figure(doc, "longest_response", path, where),
                        tokens_per_s_per_gpu=_figure(doc, "tokens_per_s_per_gpu", path, where),
                        sequences=_figure(doc, "generation_batch_sequences", path, where, "int"))
 
@@ -265,16 +268,25 @@ def capped_form_available() -> bool:
 GROUP_CORR = 0.0  # --group-corr: a what-if; no published run gives its groups' length correlation
 
 
-def response_dist(meas: Measurement, cap: int, capped: bool) -> tuple[str, str]:
-    """``--response-dist`` from the published mean (and clip ratio) and the cap, and what it says."""
-    form, why = _response_dist(meas, cap, capped)
+def response_dist(meas: Measurement, cap: int, capped: bool, responses: int) -> tuple[str, str]:
+    """``--response-dist`` from the published mean (and clip ratio, or the typical step's longest response) and
+    the cap, and what it says."""
+    form, why = _response_dist(meas, cap, capped, responses)
     if GROUP_CORR > 0:
         return f"{form},group_corr={GROUP_CORR:g}", f"{why}; group_corr {GROUP_CORR:g} (--group-corr, a what-if)"
     return form, why
 
 
-def _response_dist(meas: Measurement, cap: int, capped: bool) -> tuple[str, str]:
+def _response_dist(meas: Measurement, cap: int, capped: bool, responses: int) -> tuple[str, str]:
     m = meas.mean_response
+    if capped and not meas.clip and meas.longest and m < meas.longest < cap:
+        # nothing at the cap: the spread from the step's longest, as `decide --against` reads a log's max
+        sigma = sigma_for_longest(m, meas.longest, 1 / (responses + 1))
+        clip = "" if meas.clip is None else f"clip={meas.clip:g},"
+        return (f"capped:mean={m:g},{clip}max={cap},sigma={sigma:.3g}",
+                f"published mean {m:g}, {'no' if meas.clip is None else 'a'} published clip ratio"
+                f"{'' if meas.clip is None else f' of {meas.clip:g}'}, and the typical step's longest response "
+                f"{meas.longest:g} of {responses:,}: sigma {sigma:.3g} (the batch's expected longest)")
     if capped and meas.clip is not None:
         return f"capped:mean={m:g},clip={meas.clip:g},max={cap}", f"published mean {m:g} and clip ratio {meas.clip:g}"
     if capped and m < cap:
@@ -389,7 +401,7 @@ def predict_row(run: Run, meas: Measurement, tmp: Path, capped: bool) -> Row:
     if meas.mean_response and cap:
         if rc.sequence_tokens_max and plen:
             cap = min(cap, rc.sequence_tokens_max - plen)  # the engine stops at prompt + response = the total cap
-        flags["response_dist"], dist_src = response_dist(meas, cap, capped)
+        flags["response_dist"], dist_src = response_dist(meas, cap, capped, prompts * group)
         row.lengths_published = True
     tp = rc.rollout_tp or 1
     row.inputs = {"model": spec_name, "device": ds.device, "gpus": run.gpus, "nodes": nodes, "tp": tp, "dtype": dtype,

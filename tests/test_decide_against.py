@@ -5,6 +5,7 @@ reproduces the logged times, and bad logs are one-line errors with exit code 2."
 from __future__ import annotations
 
 import json
+import math
 from statistics import NormalDist
 
 import numpy as np
@@ -13,7 +14,7 @@ import pytest
 from conftest import assert_user_error, run_cli
 from throughputlab.decide.against import lengths_from_log
 from throughputlab.decide.calculator import DecideSpec, decide_from_spec
-from throughputlab.decide.lengths import parse_length_dist
+from throughputlab.decide.lengths import parse_length_dist, sigma_for_longest
 from throughputlab.errors import UserError
 from throughputlab.imports.runlog import load_run_log
 from throughputlab.models import resolve_model
@@ -324,3 +325,18 @@ def test_bad_log_input_is_one_line_exit_2(profile, tmp_path, capsys, args, needl
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     for n in needles:
         assert n.replace("several", "has 2 values") in err, (n, err)
+
+
+def test_the_spread_from_a_logged_longest_puts_the_batch_longest_there():
+    # veRL logs each step's longest response: the lognormal whose 1 - 1/(n+1) quantile is that longest, same mean
+    n, mean, longest = 5120, 133.0, 554.0
+    s = sigma_for_longest(mean, longest, 1 / (n + 1))
+    mu = math.log(mean) - s * s / 2
+    assert math.exp(mu + NormalDist().inv_cdf(1 - 1 / (n + 1)) * s) == pytest.approx(longest, rel=1e-9)
+    assert 0.3 < s < 0.6  # narrower than the 0.6 default: a longest of 4.2x the mean among 5,120
+    rng = np.random.default_rng(0)  # and sampled batches of n have about that longest
+    tops = [rng.lognormal(mu, s, n).max() for _ in range(200)]
+    assert np.median(tops) == pytest.approx(longest, rel=0.1)
+    # the same longest among fewer responses needs a wider spread; a longest at the mean, none
+    assert sigma_for_longest(mean, longest, 1 / 513) > s
+    assert sigma_for_longest(mean, mean, 1 / (n + 1)) == 0.0

@@ -62,6 +62,19 @@ def test_published_lengths_become_the_response_distribution(rows):
         assert r.inputs["response_dist"].startswith("lognormal:")
 
 
+def test_a_published_longest_response_sets_the_spread_where_nothing_sits_at_the_cap():
+    run = h.load_runs(DATA, ("verl_deepseek-llm-7b-chat_grpo_8gpu_mi300x-colocated",))[0]
+    meas = run.measurements[0]
+    assert meas.clip == 0 and meas.longest == 554
+    form, why = h.response_dist(meas, 1024, True, 5120)
+    assert form.startswith("capped:mean=132.965,clip=0,max=1024,sigma=0.4") and "longest response 554" in why
+    # a published share at the cap keeps the clip form; without a longest, the default spread
+    assert h.response_dist(h.Measurement(**{**meas.__dict__, "clip": 0.02}), 1024, True, 5120)[0] == \
+        "capped:mean=132.965,clip=0.02,max=1024"
+    assert "sigma=0.6" in h.response_dist(h.Measurement(**{**meas.__dict__, "longest": None, "clip": None}),
+                                          1024, True, 5120)[0]
+
+
 def test_verl_colocated_gen_is_compared_with_generation_plus_weight_sync(rows):
     r = rows[(GRPO, "published")]
     gen = next(c for c in r.compared if c.timer == "timing_s/gen")

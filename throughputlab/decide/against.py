@@ -14,15 +14,13 @@ still says how a phase scales with the batch and the factor only sets its level.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
-from statistics import NormalDist
 from typing import Optional
 
 from throughputlab.decide.calculator import DecideSpec, LRSpec, SamplesSpec, decide_from_spec
 from throughputlab.decide.cluster import idle_shares
 from throughputlab.decide.curves import read_curves_csv
-from throughputlab.decide.lengths import CAPPED_SIGMA
+from throughputlab.decide.lengths import CAPPED_SIGMA, sigma_for_longest
 from throughputlab.decide.logcheck import Calibration, LogCheck, PhaseCheck, check_text
 from throughputlab.decide.steptime import ResponseSpec, StepModel, StepTime
 from throughputlab.errors import UserError
@@ -81,11 +79,7 @@ def lengths_from_log(rl: RunLog, responses: int) -> tuple[str, str]:
     else:
         tail, longest = 1 / (responses + 1), top.median
         seen += f", max {top.median:.4g}"
-    z = NormalDist().inv_cdf(1 - tail)
-    # exp(mu + z*sigma) = longest with mu = ln(m) - sigma^2/2
-    disc = z * z - 2 * math.log(max(longest, m) / m)
-    sigma = z - math.sqrt(disc) if disc >= 0 else z
-    return (f"lognormal:mean={m:.6g},sigma={max(sigma, 0.0):.4g},max={cut}",
+    return (f"lognormal:mean={m:.6g},sigma={sigma_for_longest(m, longest, tail):.4g},max={cut}",
             f"run log {rl.path}: {seen}")
 
 

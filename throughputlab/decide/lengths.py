@@ -155,6 +155,16 @@ _DIST_KEYS = {"lognormal": {"mean", "sigma", "max", "group_corr"},  # capped: cl
 CAPPED_SIGMA = 0.6
 
 
+def sigma_for_longest(mean: float, longest: float, tail: float) -> float:
+    """The spread of a lognormal of mean ``mean`` whose 1 - ``tail`` quantile is ``longest``: a batch of n
+    responses whose typical longest is logged (veRL's response_length/max) takes tail 1/(n + 1), its expected
+    longest. exp(mu + z sigma) = longest with mu = ln(mean) - sigma^2/2: the smaller root, z itself where none
+    reaches so far out, 0 for a longest at or below the mean."""
+    z = NormalDist().inv_cdf(1 - tail)
+    disc = z * z - 2 * math.log(max(longest, mean) / mean)
+    return max(z - math.sqrt(disc) if disc >= 0 else z, 0.0)
+
+
 def censored_clip(mean: float, sigma: float, cap: float) -> float:
     """The share at ``cap`` of a lognormal of spread ``sigma`` whose mean after the cut (lengths above the cap
     counted at it) is ``mean``: bisection on mu of E[min(X, cap)] = exp(mu + s^2/2) Phi((ln cap - mu - s^2)/s)
