@@ -193,6 +193,39 @@ def test_error_points_are_recorded_and_sweep_goes_on(tmp_path):
     assert "kernel exploded" in prof.generation[1].error
 
 
+def test_an_engine_error_after_ctrl_c_is_the_interrupt_not_an_error_point(tmp_path, monkeypatch):
+    # Ctrl-C stops the engine's own processes too; its client may report that as an error of its own
+    import throughputlab.errors as errors
+
+    monkeypatch.setattr(errors, "_stop_requested", False)
+
+    class StoppedEngine(ScriptedBackend):
+        def run(self, c, p, o):
+            if c == 2:
+                errors.request_stop()  # what the CLI's SIGINT handler does
+                raise RuntimeError("cancelled")
+            return super().run(c, p, o)
+
+    prof = new_profile()
+    with pytest.raises(KeyboardInterrupt):
+        run_generation(prof, tmp_path / "p.json", StoppedEngine(lambda c: 10.0), [1, 2, 4], prompt_len=4, output_len=4,
+                       hygiene=H)
+    assert [(p.concurrency, p.status) for p in prof.generation] == [(1, "ok")]  # no error point, nothing after
+    assert [(p.concurrency, p.status) for p in Profile.load(tmp_path / "p.json").generation] == [(1, "ok")]
+
+
+def test_the_cli_notes_ctrl_c_before_raising_it(monkeypatch):
+    import signal
+
+    import throughputlab.cli as cli
+    import throughputlab.errors as errors
+
+    monkeypatch.setattr(errors, "_stop_requested", False)
+    with pytest.raises(KeyboardInterrupt):
+        cli._interrupt(signal.SIGINT, None)
+    assert errors.stop_requested()
+
+
 R3 = Measurement(warmup=1, repeats=1, max_cv=0.5, max_remeasure=2, rounds=3)
 
 

@@ -14,7 +14,7 @@ import sys
 import click
 
 from throughputlab import __version__
-from throughputlab.errors import UserError
+from throughputlab.errors import UserError, request_stop
 
 # name -> "module:attribute"; the modules import only light dependencies at top level.
 COMMANDS = {
@@ -105,7 +105,15 @@ def _terminate_as_interrupt(signum, frame) -> None:
     ignored; SIGKILL still ends the process at once."""
     global _terminated
     _terminated = True
+    request_stop()
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
+def _interrupt(signum, frame) -> None:
+    """Ctrl-C: Python's own KeyboardInterrupt, noted first (errors.request_stop), so that an engine whose
+    processes stopped on it too cannot turn it into a failed point."""
+    request_stop()
     raise KeyboardInterrupt
 
 
@@ -116,6 +124,8 @@ _terminated = False  # the interrupt came from SIGTERM: exit 143 (128 + 15), as 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: user errors become one line on stderr and exit code 2."""
     signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where the caller ignores Ctrl-C
+        signal.signal(signal.SIGINT, _interrupt)
     try:
         cli.main(args=argv, prog_name="throughputlab", standalone_mode=False)
     except UserError as e:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Generator, Iterable, Optional, Union
 
-from throughputlab.errors import first_line
+from throughputlab.errors import first_line, stop_requested
 from throughputlab.records.layout import ParallelLayout
 from throughputlab.records.profile import GenPoint, Profile, TrainPoint
 from throughputlab.records.settings import Measurement
@@ -165,6 +165,8 @@ def measure_point(make: Callable[[], Point], run_once: Callable[[], object], bac
     except KeyboardInterrupt:
         raise
     except Exception as e:  # failures are data: an OOM at batch 256 is a finding
+        if stop_requested():  # the engine's own error for the Ctrl-C that stopped its processes too
+            raise KeyboardInterrupt from e
         point.samples = []
         point.status = "oom" if backend.is_oom(e) else "error"
         point.error = f"{type(e).__name__}: {first_line(e)}"
@@ -213,6 +215,8 @@ def revisit_point(point: Point, run_once: Callable[[], object], backend, hygiene
     except KeyboardInterrupt:
         raise
     except Exception as e:
+        if stop_requested():
+            raise KeyboardInterrupt from e
         point.error = f"visit {point.rounds + 1} failed, earlier samples kept: {type(e).__name__}: {first_line(e)}"
         log.warning("%s %d: %s", kind, x, point.error, exc_info=log.isEnabledFor(logging.DEBUG))
         release = getattr(backend, "release", None)
