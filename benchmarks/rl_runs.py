@@ -629,6 +629,38 @@ def summary(rows: list[Row]) -> dict:
     }
 
 
+def placement_kind(placement: Optional[str]) -> str:
+    """colocated, or split (one-step-off and fully asynchronous runs: generation on GPUs of its own)."""
+    return "colocated" if placement in (None, "colocated") else "split"
+
+
+def spread_ratios(rows: list[Row]) -> dict[tuple[str, str], list[float]]:
+    """Predicted/published step time (a step rate's published/predicted) by (framework, placement), one per run (its
+    config's own measurement) whose response lengths are published: what decide's step is worth on a run whose
+    lengths the user gives."""
+    out: dict[tuple[str, str], list[float]] = {}
+    for r in rows:
+        if r.primary and r.predicted and r.lengths_published and r.compared and r.compared[0].model == "step":
+            out.setdefault((r.framework, placement_kind(r.placement)), []).append(round(r.compared[0].ratio, 4))
+    return out
+
+
+def write_spread(rows: list[Row], path: Path) -> int:
+    """Write the library's table of published RL steps against decide's (throughputlab/spread_rl.py)."""
+    groups = spread_ratios(rows)
+    n = sum(len(v) for v in groups.values())
+    body = "\n".join(f"    {k!r}: {sorted(v)!r}," for k, v in sorted(groups.items()))
+    path.write_text(
+        '"""decide\'s RL step model against published runs: predicted/published step time (a step rate\'s measured/\n'
+        'predicted: below 1 the model is fast) by (framework, placement), one per run whose response lengths are\n'
+        'published, read by throughputlab.spread.rl_step_spread. Written by\n'
+        '`python benchmarks/rl_runs.py --write-spread throughputlab/spread_rl.py`; the runs and their sources are in\n'
+        'benchmarks/data/rl_runs/."""\n\n'
+        f'SOURCE = "benchmarks/data/rl_runs, {n} runs with published response lengths, throughputlab {__version__}"\n\n'
+        f"RL_STEPS: dict[tuple[str, str], list[float]] = {{\n{body}\n}}\n", encoding="utf-8")
+    return n
+
+
 def _n(v: float) -> str:
     return f"{v:,.3g}" if v < 100 else f"{v:,.0f}"
 
@@ -744,8 +776,14 @@ def main(argv: Optional[list[str]] = None) -> int:
                     help="what if a prompt's responses share R (0 to 1) of their log-length spread "
                          "(--response-dist's group_corr; no published run gives it, so 0 by default); applied to the "
                          "runs with published lengths, the others keep decide's default from their config")
+    ap.add_argument("--write-spread", metavar="FILE", type=Path,
+                    help="also write the step ratios by framework and placement as the library's table "
+                         "(throughputlab/spread_rl.py), which decide states its step times' band from")
     ap.add_argument("--data", metavar="DIR", type=Path, default=DATA_DIR, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.write_spread and (args.run or args.group_corr):
+        print("--write-spread takes every run as published: leave out --run and --group-corr", file=sys.stderr)
+        return 2
     if not 0 <= args.group_corr < 1:
         print(f"--group-corr is a share from 0 up to but not including 1, got {args.group_corr}", file=sys.stderr)
         return 2
@@ -762,6 +800,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     rows = run_all(runs)
     s = summary(rows)
     sys.stdout.write(render(rows, s, capped_form_available(), args.verbose))
+    if args.write_spread:
+        print(f"wrote {write_spread(rows, args.write_spread)} step ratios to {args.write_spread}")
     if args.json:
         report = {"throughputlab": __version__, "rows": [asdict(r) for r in rows], "summary": s}
         try:

@@ -61,7 +61,7 @@ def run_main(*args: str):
 
     from throughputlab.cli import main
 
-    old_term = signal.getsignal(signal.SIGTERM)
+    old_term, old_int = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
     with CliRunner().isolation() as (out, err, _):
         try:
             main(list(args))
@@ -70,6 +70,7 @@ def run_main(*args: str):
             code = e.code if isinstance(e.code, int) else 1
         finally:
             signal.signal(signal.SIGTERM, old_term)
+            signal.signal(signal.SIGINT, old_int)
         sys.stdout.flush()
         sys.stderr.flush()
         return SimpleNamespace(exit_code=code, output=out.getvalue().decode() + err.getvalue().decode())

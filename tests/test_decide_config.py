@@ -242,3 +242,19 @@ def test_a_refusal_resting_on_config_values_names_the_file_and_keys(q7_16xh100, 
                  "actor_rollout_ref.actor.ulysses_sequence_parallel_size=4 actor_rollout_ref.rollout.tensor_model_parallel_size=1\n")
     r = run_main("decide", "--profile", str(q7_16xh100), "--config", str(p))
     assert r.exit_code == 2 and "actor_rollout_ref.actor.ulysses_sequence_parallel_size=4" in r.output, r.output
+
+
+def test_an_analytic_step_states_its_band_from_published_runs_of_its_framework(q7_16xh100, tmp_path):
+    from throughputlab.spread_rl import RL_STEPS
+
+    text, d = _decide(q7_16xh100, "--config", str(NEMO / "grpo-qwen2.5-7b-2n8g-dtensor.yaml"), tmp_path=tmp_path)
+    band = d["step_spread"]
+    n = len(RL_STEPS[("nemo-rl", "colocated")])
+    assert f"over {n} published nemo-rl colocated runs" in band["basis"] and 0 < band["lo"] < band["hi"]
+    base = next(r for r in d["rows"] if r["is_baseline"])
+    lo, hi = base["step_s"] / band["hi"], base["step_s"] / band["lo"]
+    assert f"could be {lo:.3g}-{hi:.3g} s" in text
+    assert "these are decide's default" in text  # the config holds no lengths: the band does not cover that guess
+    text, d = _decide(q7_16xh100, "--config", str(NEMO / "grpo-qwen2.5-7b-2n8g-split.yaml"),
+                      "--response-dist", "lognormal:mean=400,sigma=0.6,max=1024", tmp_path=tmp_path)
+    assert "nemo-rl split runs" in d["step_spread"]["basis"] and "decide's default" not in text

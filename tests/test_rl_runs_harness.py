@@ -193,3 +193,16 @@ def test_a_phase_predicted_at_zero_ranks_worst_without_failing():
                   h.Compared("timing_s/update_critic", 5.0, 0.0, "critic", 0.0)]
     worst = h._worst([r], 2)
     assert [w["timer"] for w in worst] == ["timing_s/update_critic", "timing_s/step"]
+
+
+def test_the_step_ratios_for_decides_band_take_one_row_per_run_with_published_lengths(rows, tmp_path):
+    out = h.spread_ratios(list(rows.values()))
+    grpo, nemo = rows[(GRPO, "published")], rows[(NEMO, "v0.5-gb200")]
+    assert sorted(out) == [("nemo-rl", "colocated"), ("verl", "colocated")]
+    assert round(grpo.compared[0].ratio, 4) in out[("verl", "colocated")] and len(out[("verl", "colocated")]) == 2
+    assert out[("nemo-rl", "colocated")] == [round(nemo.compared[0].ratio, 4)]
+    path = tmp_path / "spread_rl.py"
+    assert h.write_spread(list(rows.values()), path) == 3
+    ns: dict = {}
+    exec(path.read_text(), ns)  # the written table is the module the library imports
+    assert ns["RL_STEPS"] == {k: sorted(v) for k, v in out.items()} and "3 runs" in ns["SOURCE"]

@@ -101,3 +101,19 @@ def test_a_fitted_band_widens_with_the_noise_of_the_points():
     assert lo < pred.generation[0].predicted.total_s < hi
     lo, hi = pred.training[0].predicted.step_s_interval
     assert lo < pred.training[0].predicted.step_s < hi
+
+
+def test_the_rl_step_band_takes_the_framework_and_placement_else_the_placement():
+    from throughputlab.spread import rl_step_spread
+
+    table = {("verl", "colocated"): [0.5 + 0.05 * i for i in range(12)],  # 0.50 .. 1.05
+             ("trl", "colocated"): [2.0, 2.1, 2.2], ("nemo-rl", "split"): [0.9] * 10}
+    s = rl_step_spread("verl", "colocated", table=table)
+    assert (s.lo, s.hi) == (0.5, 1.05) and "12 published verl colocated runs" in s.basis
+    assert s.time(100.0) == pytest.approx((100 / 1.05, 200.0))  # predicted/published time: a slow model lands above
+    s = rl_step_spread("trl", "colocated", table=table)  # three runs are too few: every colocated run
+    assert "15 published colocated runs" in s.basis and s.hi == 2.2  # k = floor(0.1 x 16) = 1: the extremes
+    assert "nemo-rl split" in rl_step_spread("nemo-rl", "split", table=table).basis
+    assert "10 published split runs" in rl_step_spread(None, "split", table=table).basis
+    with pytest.raises(ValueError):
+        rl_step_spread("verl", "one-step-off", table=table)

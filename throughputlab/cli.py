@@ -14,7 +14,7 @@ import sys
 import click
 
 from throughputlab import __version__
-from throughputlab.errors import UserError, request_stop
+from throughputlab.errors import UserError, clear_stop, request_stop
 
 # name -> "module:attribute"; the modules import only light dependencies at top level.
 COMMANDS = {
@@ -123,6 +123,7 @@ _terminated = False  # the interrupt came from SIGTERM: exit 143 (128 + 15), as 
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: user errors become one line on stderr and exit code 2."""
+    clear_stop()
     signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where the caller ignores Ctrl-C
         signal.signal(signal.SIGINT, _interrupt)

@@ -30,6 +30,12 @@ def request_stop() -> None:
     _stop_requested = True
 
 
+def clear_stop() -> None:
+    """Forget an earlier stop (a new command in the same process)."""
+    global _stop_requested
+    _stop_requested = False
+
+
 def stop_requested() -> bool:
     """Whether :func:`request_stop` was called in this process."""
     return _stop_requested

@@ -1,7 +1,7 @@
 """Prediction intervals: how far a prediction of its kind has been from what was measured.
 
 A ``Spread`` is a band of measured/predicted ratios at a stated level: a rate the model predicts
-as ``v`` lies in ``[v * lo, v * hi]`` (a time in ``[t / hi, t / lo]``). Two sources:
+as ``v`` lies in ``[v * lo, v * hi]`` (a time in ``[t / hi, t / lo]``). Three sources:
 
 - an analytic prediction takes the spread of predicted/published over the published points of its
   kind (phase, device family, tensor-parallel size; ``spread_data.PUBLISHED``, written by
@@ -10,6 +10,8 @@ as ``v`` lies in ``[v * lo, v * hi]`` (a time in ``[t / hi, t / lo]``). Two sour
   same kind with probability at least ``level`` when the points are exchangeable (Vovk et al.,
   *Algorithmic Learning in a Random World*, 2005; Lei et al. 2018, JASA 113:1094). A kind with
   fewer points than a band needs falls back to a coarser kind (device family dropped, then TP);
+- decide's RL step takes the spread of predicted/published step time over published RL runs of its framework and
+  placement (``spread_rl.RL_STEPS``, written by ``benchmarks/rl_runs.py --write-spread``), the same way;
 - a fitted profile's band combines, in log space, the fit's leave-one-out errors (parameter
   uncertainty and form at points the fit did not see) and the run-to-run spread of the measured
   samples, each as a standard deviation, at the normal quantile of the level.
@@ -111,6 +113,30 @@ def published_spread(phase: str, family: Optional[str], tp: int, level: float = 
             return Spread(level=level, lo=band[0], hi=band[1],
                           basis=f"{level:.0%} band of measured/predicted over {len(ratios)} published {label} points "
                                 f"(split conformal; {SOURCE})")
+    return None
+
+
+RL_PLACEMENTS = ("colocated", "split")
+
+
+def rl_step_spread(framework: Optional[str], placement: str, level: float = LEVEL,
+                   table: Optional[dict] = None) -> Optional[Spread]:
+    """The band of decide's RL step against published runs of the finest kind with enough of them: the framework
+    and placement (colocated, or split: one-step-off and asynchronous), then the placement, then every run.
+    Its ratios are a step rate's measured/predicted (predicted/published step time), so ``time`` gives a step's
+    interval; ``table``: other ratios than ``spread_rl.RL_STEPS``."""
+    from throughputlab.spread_rl import RL_STEPS, SOURCE
+
+    if placement not in RL_PLACEMENTS:
+        raise ValueError(f"placement is one of {', '.join(RL_PLACEMENTS)}, got {placement!r}")
+    for pattern in ((framework or "unknown", placement), (None, placement), (None, None)):
+        ratios = [r for k, rs in (RL_STEPS if table is None else table).items() if matches(k, pattern) for r in rs]
+        band = conformal_band(ratios, level)
+        if band is not None:
+            label = _label(pattern) or "RL"
+            return Spread(level=level, lo=band[0], hi=band[1],
+                          basis=f"{level:.0%} band of predicted/published step time over {len(ratios)} published "
+                                f"{label} runs with their response lengths (split conformal; {SOURCE})")
     return None
 
 

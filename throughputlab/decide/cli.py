@@ -250,6 +250,17 @@ def decide(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, 
             click.echo(f"warning: {warning}\n")
             for d in decisions:
                 d.notes.insert(0, warning)
+    if not logs.get("calibrate_from") and _analytic(spec.profile):  # a calibrated or measured step has its own error
+        from throughputlab.decide.notes import step_band
+
+        typed = given(ctx, flags)
+        own = bool(spec_file or typed.get("response_dist") or typed.get("response_lengths") or logs.get("against")
+                   or any(i.startswith("shape.response") for i in set_items))
+        for d in decisions:
+            note = step_band(d, config_record["framework"] if config_record else None)
+            if note:
+                d.notes.append(note + ("" if own else "; the band is for runs priced at their own response lengths, "
+                                       "and these are decide's default: give --response-dist, or --against a log"))
     if len(decisions) > 1:
         click.echo(placements_text(decisions))
         click.echo("")
@@ -288,6 +299,13 @@ def _decide(spec, logs: dict):
     if checks is not None:
         spec = checks.spec
     return decide_from_spec(spec, adjust_step=checks.hook if checks else None), checks
+
+
+def _analytic(profile: Optional[str]) -> bool:
+    """Whether the profile is a prediction (``predict``), whose step the published RL runs' band describes."""
+    from throughputlab.records.profile import Profile
+
+    return bool(profile) and Profile.load(profile).kind == "predicted"
 
 
 def _with_config_keys(e: UserError, record: Optional[dict], ctx: click.Context) -> UserError:

@@ -9,6 +9,7 @@ from typing import Literal, Optional
 from throughputlab.decide.curves import CurvesResult
 from throughputlab.decide.steptime import StepTime
 from throughputlab.records.base import Record
+from throughputlab.spread import Spread
 
 SampleUnit = Literal["responses", "prompts"]
 
@@ -61,3 +62,4 @@ class Decision(Record):
     nstar_source: str = ""
     lr_rule: str = "sqrt"
     curves: Optional[CurvesResult] = None
+    step_spread: Optional[Spread] = None  # the analytic step's band against published RL runs (decide/notes.py)

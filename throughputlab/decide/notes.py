@@ -1,11 +1,11 @@
 """The decision's notes on what bends it: the profile's fit, the KV cache, contexts past the
-measured ones, partial rollouts."""
+measured ones, partial rollouts, and how far the step model has been from published RL runs."""
 
 from __future__ import annotations
 
 from typing import Optional
 
-from throughputlab.decide.decision import Recommendation, Row
+from throughputlab.decide.decision import Decision, Recommendation, Row
 
 CONTEXT_EXTRAPOLATION = 2.0  # noted when the rollouts' steps read this many times the measured cached tokens
 
@@ -79,3 +79,22 @@ def overlap_note(overlap: str) -> str:
         "off-policy": "one-step off-policy: the next batch generates while this one trains, "
                       "t_step = max(t_gen, t_logprob + t_train) + t_sync",
     }[overlap]
+
+
+def step_band(d: Decision, framework: Optional[str]) -> Optional[str]:
+    """An analytic profile's step times against published RL runs of the framework and placement
+    (spread.rl_step_spread): sets ``d.step_spread`` and says what the baseline's step could be."""
+    from throughputlab.spread import rl_step_spread
+
+    base = next((r for r in d.rows if r.is_baseline and r.step_s), None)
+    if base is None:
+        return None
+    placement = "colocated" if not d.placement or d.placement.startswith("colocated") else "split"
+    s = rl_step_spread(framework, placement)
+    if s is None:
+        return None
+    d.step_spread = s
+    lo, hi = s.time(base.step_s)
+    return (f"step times: on published runs the predicted step was {s.lo:.2f}-{s.hi:.2f}x the published ({s.basis}): "
+            f"the baseline's {base.step_s:.3g} s could be {lo:.3g}-{hi:.3g} s. Batch sizes compared on one setup share "
+            "much of that error; their ratios move less")
