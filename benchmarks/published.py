@@ -543,6 +543,17 @@ def source_out_intervals(rows: list[dict]) -> list[tuple[dict, tuple[float, floa
     return out
 
 
+def write_table(path: Path, doc: str, source: str, name: str, key_type: str,
+                groups: dict[tuple, list[float]]) -> int:
+    """Write a generated module of the library: its docstring, ``SOURCE`` (``{n}`` becomes the ratio count) and
+    ``name``, a dict of sorted ratio lists by kind; the number of ratios."""
+    n = sum(len(v) for v in groups.values())
+    body = "\n".join(f"    {k!r}: {sorted(v)!r}," for k, v in sorted(groups.items()))
+    path.write_text(f'"""{doc}"""\n\nSOURCE = "{source.format(n=n)}"\n\n'
+                    f"{name}: dict[{key_type}, list[float]] = {{\n{body}\n}}\n", encoding="utf-8")
+    return n
+
+
 def write_spread(rows: list[dict], path: Path) -> int:
     """Write the library's table of published predicted/published ratios (rates) by kind."""
     groups: dict[tuple, list[float]] = {}
@@ -550,16 +561,12 @@ def write_spread(rows: list[dict], path: Path) -> int:
         rr = rate_ratio(r)
         if rr is not None:
             groups.setdefault(spread_key(r), []).append(round(rr, 4))
-    n = sum(len(v) for v in groups.values())
-    body = "\n".join(f"    {k!r}: {sorted(v)!r}," for k, v in sorted(groups.items()))
-    path.write_text(
-        '"""predict\'s analytic model against published measurements: predicted/published (as rates: above 1 is\n'
-        'optimistic) by kind (phase, device family, TP size), read by throughputlab.spread. Written by\n'
-        '`python benchmarks/published.py --write-spread throughputlab/spread_data.py`; the cases and their sources\n'
-        'are in benchmarks/data/published/."""\n\n'
-        f'SOURCE = "benchmarks/data/published, {n} cases, throughputlab {__version__}"\n\n'
-        f"PUBLISHED: dict[tuple[str, str, str], list[float]] = {{\n{body}\n}}\n", encoding="utf-8")
-    return n
+    return write_table(path, "predict's analytic model against published measurements: predicted/published (as rates: "
+                       "above 1 is\noptimistic) by kind (phase, device family, TP size), read by throughputlab.spread. "
+                       "Written by\n`python benchmarks/published.py --write-spread throughputlab/spread_data.py`; the "
+                       "cases and their sources\nare in benchmarks/data/published/.",
+                       f"benchmarks/data/published, {{n}} cases, throughputlab {__version__}", "PUBLISHED",
+                       "tuple[str, str, str]", groups)
 
 
 def make_row(case: dict, result: Union[Prediction, Skip]) -> dict:

@@ -647,18 +647,14 @@ def spread_ratios(rows: list[Row]) -> dict[tuple[str, str], list[float]]:
 
 def write_spread(rows: list[Row], path: Path) -> int:
     """Write the library's table of published RL steps against decide's (throughputlab/spread_rl.py)."""
-    groups = spread_ratios(rows)
-    n = sum(len(v) for v in groups.values())
-    body = "\n".join(f"    {k!r}: {sorted(v)!r}," for k, v in sorted(groups.items()))
-    path.write_text(
-        '"""decide\'s RL step model against published runs: predicted/published step time (a step rate\'s measured/\n'
-        'predicted: below 1 the model is fast) by (framework, placement), one per run whose response lengths are\n'
-        'published, read by throughputlab.spread.rl_step_spread. Written by\n'
-        '`python benchmarks/rl_runs.py --write-spread throughputlab/spread_rl.py`; the runs and their sources are in\n'
-        'benchmarks/data/rl_runs/."""\n\n'
-        f'SOURCE = "benchmarks/data/rl_runs, {n} runs with published response lengths, throughputlab {__version__}"\n\n'
-        f"RL_STEPS: dict[tuple[str, str], list[float]] = {{\n{body}\n}}\n", encoding="utf-8")
-    return n
+    return _published.write_table(
+        path, "decide's RL step model against published runs: predicted/published step time (a step rate's measured/\n"
+        "predicted: below 1 the model is fast) by (framework, placement), one per run whose response lengths are\n"
+        "published, read by throughputlab.spread.rl_step_spread. Written by\n"
+        "`python benchmarks/rl_runs.py --write-spread throughputlab/spread_rl.py`; the runs and their sources are in\n"
+        "benchmarks/data/rl_runs/.",
+        f"benchmarks/data/rl_runs, {{n}} runs with published response lengths, throughputlab {__version__}",
+        "RL_STEPS", "tuple[str, str]", spread_ratios(rows))
 
 
 def _n(v: float) -> str:
