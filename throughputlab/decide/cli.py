@@ -253,9 +253,7 @@ def decide(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, 
     if not logs.get("calibrate_from") and _analytic(spec.profile):  # a calibrated or measured step has its own error
         from throughputlab.decide.notes import step_band
 
-        typed = given(ctx, flags)
-        own = bool(spec_file or typed.get("response_dist") or typed.get("response_lengths") or logs.get("against")
-                   or any(i.startswith("shape.response") for i in set_items))
+        own = not _default_lengths(spec, base) or bool(logs.get("against"))
         for d in decisions:
             note = step_band(d, config_record["framework"] if config_record else None)
             if note:
@@ -299,6 +297,17 @@ def _decide(spec, logs: dict):
     if checks is not None:
         spec = checks.spec
     return decide_from_spec(spec, adjust_step=checks.hook if checks else None), checks
+
+
+def _default_lengths(spec, base: Optional[dict]) -> bool:
+    """Whether the response lengths are decide's default: the shape's own, or the half-cap mean a config's caps give."""
+    from throughputlab.decide.shape import RLShape
+
+    assumed = [RLShape().response]
+    config_dist = ((base or {}).get("shape") or {}).get("response", {}).get("dist")
+    if config_dist:
+        assumed.append(RLShape().response.model_copy(update={"dist": config_dist}))
+    return spec.shape.response in assumed
 
 
 def _analytic(profile: Optional[str]) -> bool:
