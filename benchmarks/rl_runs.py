@@ -282,11 +282,11 @@ def _response_dist(meas: Measurement, cap: int, capped: bool, responses: int) ->
     if capped and not meas.clip and meas.longest and m < meas.longest < cap:
         # nothing at the cap: the spread from the step's longest, as `decide --against` reads a log's max
         sigma = sigma_for_longest(m, meas.longest, 1 / (responses + 1))
-        clip = "" if meas.clip is None else f"clip={meas.clip:g},"
+        clip, said = ("", "no published clip ratio") if meas.clip is None else \
+            (f"clip={meas.clip:g},", f"a published clip ratio of {meas.clip:g}")
         return (f"capped:mean={m:g},{clip}max={cap},sigma={sigma:.3g}",
-                f"published mean {m:g}, {'no' if meas.clip is None else 'a'} published clip ratio"
-                f"{'' if meas.clip is None else f' of {meas.clip:g}'}, and the typical step's longest response "
-                f"{meas.longest:g} of {responses:,}: sigma {sigma:.3g} (the batch's expected longest)")
+                f"published mean {m:g}, {said}, and the typical step's longest response {meas.longest:g} of "
+                f"{responses:,}: sigma {sigma:.3g} (the batch's expected longest)")
     if capped and meas.clip is not None:
         return f"capped:mean={m:g},clip={meas.clip:g},max={cap}", f"published mean {m:g} and clip ratio {meas.clip:g}"
     if capped and m < cap:

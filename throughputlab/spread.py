@@ -103,16 +103,25 @@ def published_spread(phase: str, family: Optional[str], tp: int, level: float = 
     other ratios by kind than ``spread_data.PUBLISHED`` (a check leaving a whole source out)."""
     from throughputlab.spread_data import PUBLISHED, SOURCE
 
-    for pattern in kind_keys(phase, family, tp):
-        ratios = [r for k, rs in (PUBLISHED if table is None else table).items() if matches(k, pattern) for r in rs]
+    found = _finest_band(PUBLISHED if table is None else table, kind_keys(phase, family, tp), level, invert=True,
+                         leave_out=leave_out)  # the table holds predicted/published rates: measured/predicted inverts
+    if found is None:
+        return None
+    pattern, n, (lo, hi) = found
+    return Spread(level=level, lo=lo, hi=hi, basis=f"{level:.0%} band of measured/predicted over {n} published "
+                                                   f"{_label(pattern)} points (split conformal; {SOURCE})")
+
+
+def _finest_band(table: dict, patterns, level: float, invert: bool = False, leave_out: Optional[float] = None):
+    """The first kind pattern whose ratios (less ``leave_out`` once; inverted with ``invert``) are enough for a
+    band: (pattern, count, (lo, hi)), else None."""
+    for pattern in patterns:
+        ratios = [r for k, rs in table.items() if matches(k, pattern) for r in rs]
         if leave_out is not None and leave_out in ratios:
             ratios.remove(leave_out)
-        band = conformal_band([1.0 / r for r in ratios], level)  # measured/predicted
+        band = conformal_band([1.0 / r for r in ratios] if invert else ratios, level)
         if band is not None:
-            label = _label(pattern)
-            return Spread(level=level, lo=band[0], hi=band[1],
-                          basis=f"{level:.0%} band of measured/predicted over {len(ratios)} published {label} points "
-                                f"(split conformal; {SOURCE})")
+            return pattern, len(ratios), band
     return None
 
 
@@ -129,15 +138,14 @@ def rl_step_spread(framework: Optional[str], placement: str, level: float = LEVE
 
     if placement not in RL_PLACEMENTS:
         raise ValueError(f"placement is one of {', '.join(RL_PLACEMENTS)}, got {placement!r}")
-    for pattern in ((framework or "unknown", placement), (None, placement), (None, None)):
-        ratios = [r for k, rs in (RL_STEPS if table is None else table).items() if matches(k, pattern) for r in rs]
-        band = conformal_band(ratios, level)
-        if band is not None:
-            label = _label(pattern) or "RL"
-            return Spread(level=level, lo=band[0], hi=band[1],
-                          basis=f"{level:.0%} band of predicted/published step time over {len(ratios)} published "
-                                f"{label} runs with their response lengths (split conformal; {SOURCE})")
-    return None
+    found = _finest_band(RL_STEPS if table is None else table,
+                         ((framework or "unknown", placement), (None, placement), (None, None)), level)
+    if found is None:
+        return None
+    pattern, n, (lo, hi) = found
+    return Spread(level=level, lo=lo, hi=hi, basis=f"{level:.0%} band of predicted/published step time over {n} "
+                                                   f"published {_label(pattern) or 'RL'} runs with their response "
+                                                   f"lengths (split conformal; {SOURCE})")
 
 
 def fitted_spread(loo_log_errors: Sequence[float], run_log_sd: Optional[float], what: str,

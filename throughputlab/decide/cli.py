@@ -241,16 +241,17 @@ def decide(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str, 
         click.echo("")
     for d in decisions if checks else ():
         d.notes[:0] = checks.notes()
-    if config_record and config_record["model"]:
+    profile = _profile(spec.profile)
+    if config_record and config_record["model"] and profile is not None:
         from throughputlab.decide.runconfig import model_mismatch
-        from throughputlab.records.profile import Profile
 
-        warning = model_mismatch(config_record["model"], Profile.load(spec.profile).model.name)
+        warning = model_mismatch(config_record["model"], profile.model.name)
         if warning:
             click.echo(f"warning: {warning}\n")
             for d in decisions:
                 d.notes.insert(0, warning)
-    if not logs.get("calibrate_from") and _analytic(spec.profile):  # a calibrated or measured step has its own error
+    if not logs.get("calibrate_from") and profile is not None and profile.kind == "predicted":
+        # a prediction's step, whose band the published RL runs give (a calibrated or measured step has its own error)
         from throughputlab.decide.notes import step_band
 
         own = not _default_lengths(spec, base) or bool(logs.get("against"))
@@ -310,11 +311,11 @@ def _default_lengths(spec, base: Optional[dict]) -> bool:
     return spec.shape.response in assumed
 
 
-def _analytic(profile: Optional[str]) -> bool:
-    """Whether the profile is a prediction (``predict``), whose step the published RL runs' band describes."""
+def _profile(path: Optional[str]):
+    """The decision's profile, read once for the notes after the decision (None without one)."""
     from throughputlab.records.profile import Profile
 
-    return bool(profile) and Profile.load(profile).kind == "predicted"
+    return Profile.load(path) if path else None
 
 
 def _with_config_keys(e: UserError, record: Optional[dict], ctx: click.Context) -> UserError:
