@@ -366,6 +366,10 @@ def predict_row(run: Run, meas: Measurement, tmp: Path, capped: bool) -> Row:
     except UserError as e:
         row.reason = f"the config is not read: {e}"
         return row
+    engine = base.get("shape", {}).get("engine", {})
+    if meas.id.startswith("v0.4") and run.framework == "nemo-rl" and engine.get("in_process_logprobs") == "ids":
+        engine["in_process_logprobs"] = "text"  # v0.4.0's vLLM worker kept the tokenizer whatever the config said
+        row.notes.append("the v0.4 engine detokenizes (its worker forced skip_tokenizer_init false)")
     row.placement = "colocated" if rc.placement in (None, "colocated") else \
         "fully-async" if rc.streaming else "one-step-off"
     spec_name, note = MODELS.get(run.model, (None, f"no model config for {run.model!r}"))

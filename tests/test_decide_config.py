@@ -79,28 +79,31 @@ def test_bad_configs_are_one_line_errors(q7_16xh100, args, fragment):
 
 def test_a_sequence_cap_bounds_prompt_plus_response(tmp_path):
     """NeMo-RL's max_total_sequence_length caps prompt + response: the response cap is what it leaves after
-    the prompt, and a prompt cap equal to it (max_input_seq_length: ${policy.max_total_sequence_length}) is
-    not taken as the prompt length."""
+    the prompt (a quarter of the prompt cap, as decide assumes prompts from caps), and a prompt cap equal to it
+    (max_input_seq_length: ${policy.max_total_sequence_length}) is not taken as the prompt cap."""
     from throughputlab.decide.runconfig import decide_data
     from throughputlab.rlconfig import read_run_config
 
     rc = read_run_config(NEMO / "grpo-qwen2.5-7b-2n8g-dtensor.yaml")
-    total, prompt = rc.sequence_tokens_max, rc.prompt_tokens_max
-    assert total and prompt and prompt < total
-    data, _, _ = decide_data(rc)
-    assert data["shape"]["prompt_len"] == prompt
-    assert data["shape"]["response"]["dist"].endswith(f"max={total - prompt}")
+    total, prompt_cap = rc.sequence_tokens_max, rc.prompt_tokens_max
+    assert total and prompt_cap and prompt_cap < total
+    data, used, _ = decide_data(rc)
+    assert data["shape"]["prompt_len"] == prompt_cap // 4
+    cap = min(rc.response_tokens_max or total, total - prompt_cap // 4)
+    assert data["shape"]["response"]["dist"].endswith(f"max={cap}")
+    assert any(u.startswith(f"shape.prompt_len = {prompt_cap // 4}: a quarter of the prompt cap {prompt_cap}")
+               for u in used)
     # a prompt cap as large as the sequence cap says nothing of the prompt: decide's default prompt (512)
     same = rc.model_copy(update={"prompt_tokens_max": total, "response_tokens_max": None})
     data, _, _ = decide_data(same)
     assert data["shape"]["prompt_len"] == 512 and data["shape"]["response"]["dist"].endswith(f"max={total - 512}")
-    small = same.model_copy(update={"sequence_tokens_max": 512, "prompt_tokens_max": 512})
-    data, _, _ = decide_data(small)  # a cap no larger than the default prompt: half of it each
-    assert data["shape"]["prompt_len"] == 256 and data["shape"]["response"]["dist"].endswith("max=256")
-    # veRL states both caps and no sequence cap: unchanged
+    small = same.model_copy(update={"sequence_tokens_max": 1024, "prompt_tokens_max": 1024})
+    data, _, _ = decide_data(small)  # a cap below four default prompts: a quarter of it
+    assert data["shape"]["prompt_len"] == 256 and data["shape"]["response"]["dist"].endswith("max=768")
+    # veRL states both caps and no sequence cap: a quarter of the prompt cap, the response cap as it is
     verl = read_run_config(DATA / "verl_printed_ppo.yaml")
     data, _, _ = decide_data(verl)
-    assert data["shape"]["prompt_len"] == verl.prompt_tokens_max
+    assert data["shape"]["prompt_len"] == verl.prompt_tokens_max // 4
     assert data["shape"]["response"]["dist"].endswith(f"max={verl.response_tokens_max}")
 
 

@@ -61,10 +61,17 @@ def test_the_frameworks_synchronous_rollouts_are_read_as_theirs(tmp_path):
     from throughputlab.rlconfig import read_run_config
 
     nemo = read_run_config(NEMO / "grpo-qwen2.5-7b-2n8g-dtensor.yaml")
-    assert not nemo.rollout_async_engine
+    assert not nemo.rollout_async_engine and nemo.rollout_detokenize is False  # no stop strings: no tokenizer
     data, used, _ = decide_data(nemo)
-    assert data["shape"]["engine"]["in_process_logprobs"] == "text"
-    assert any(u.startswith("shape.engine.in_process_logprobs = text: NeMo-RL's synchronous vLLM") for u in used)
+    assert data["shape"]["engine"]["in_process_logprobs"] == "ids"
+    assert any(u.startswith("shape.engine.in_process_logprobs = ids: NeMo-RL's synchronous vLLM") for u in used)
+    # stop strings (or skip_tokenizer_init: false) keep the engine's tokenizer: the log-probs come with the text
+    for change in ({"policy.generation.stop_strings": ["</answer>"]},
+                   {"policy.generation.vllm_cfg.skip_tokenizer_init": "false"}):
+        rc = read_run_config(NEMO / "grpo-qwen2.5-7b-2n8g-dtensor.yaml",
+                             overrides=[f"{k}={v}" for k, v in change.items()])
+        assert rc.rollout_detokenize is True
+        assert decide_data(rc)[0]["shape"]["engine"]["in_process_logprobs"] == "text"
     # NeMo-RL's async engine (AsyncLLM) keeps its engine in a process of its own: nothing added
     data, _, _ = decide_data(nemo.model_copy(update={"rollout_async_engine": True}))
     assert "in_process_logprobs" not in data["shape"].get("engine", {})

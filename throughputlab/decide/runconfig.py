@@ -132,22 +132,37 @@ def decide_data(rc: RunConfig) -> tuple[dict[str, Any], list[str], list[str]]:
     return data, used, _not_modelled(rc)
 
 
+# A config gives caps, not lengths. Published RL runs' mean prompts sat far below their prompt caps: 0.09-0.20 of
+# them in the eight veRL logs of benchmarks/data/rl_runs (83-104 tokens under caps of 512 and 1,024; GSM8K and
+# MATH), 101-178 tokens in NeMo-RL's (caps of 1,536-16,384); a cap is set for the longest prompt of a dataset. A
+# quarter of the cap leans long for those, and leaves room for datasets of longer prompts (tool descriptions,
+# code, documents).
+PROMPT_SHARE_OF_CAP = 0.25
+
+
 def lengths(rc: RunConfig) -> tuple[Optional[int], Optional[int], str]:
-    """(prompt tokens, response cap, what the prompt is) from the caps. Where a sequence cap bounds prompt plus
-    response (NeMo-RL's max_total_sequence_length, OpenRLHF's --max_len), the response cap is what it leaves
-    after the prompt; a prompt cap as large as the sequence cap says nothing of the prompt, so the prompt is
-    decide's default (512) or half the sequence cap if that is less."""
+    """(prompt tokens, response cap, what the prompt is) from the caps: a quarter of the prompt cap
+    (PROMPT_SHARE_OF_CAP). Where a sequence cap bounds prompt plus response (NeMo-RL's max_total_sequence_length,
+    OpenRLHF's --max_len), the response cap is what it leaves after that prompt; a prompt cap as large as the
+    sequence cap says nothing of the prompt, so the prompt is decide's default (512) or a quarter of the
+    sequence cap if that is less."""
     from throughputlab.decide.shape import RLShape
 
-    total, prompt, cap = rc.sequence_tokens_max, rc.prompt_tokens_max, rc.response_tokens_max
-    why = "the prompt cap (real prompts are often shorter: --prompt-len)"
-    if total and (not prompt or prompt >= total):
-        prompt = min(RLShape.model_fields["prompt_len"].default, max(total // 2, 1))
-        why = (f"not in the config (its prompt cap is the sequence cap {total}): decide's default 512 or half the "
-               "cap, whichever is less (--prompt-len)")
+    total, prompt_cap, cap = rc.sequence_tokens_max, rc.prompt_tokens_max, rc.response_tokens_max
+    prompt = _share(prompt_cap)
+    why = (f"a quarter of the prompt cap {prompt_cap} (published RL runs' mean prompts were 0.09-0.20 of their "
+           "caps; --prompt-len gives yours)")
+    if total and (not prompt_cap or prompt_cap >= total):
+        prompt = min(RLShape.model_fields["prompt_len"].default, _share(total))
+        why = (f"not in the config (its prompt cap is the sequence cap {total}): decide's default 512 or a quarter "
+               "of the cap, whichever is less (--prompt-len)")
     if total and prompt and total > prompt:
         cap = min(cap or total, total - prompt)
     return prompt, cap, why
+
+
+def _share(cap: Optional[int]) -> Optional[int]:
+    return max(int(cap * PROMPT_SHARE_OF_CAP), 1) if cap else None
 
 
 def offload_knobs(rc, put) -> None:
@@ -182,10 +197,16 @@ def in_process_logprobs(rc: RunConfig) -> tuple[Optional[str], str]:
     process) or the framework is not one whose rollout code says."""
     if rc.rollout_engine not in (None, "vllm") or rc.rollout_async_engine:
         return None, ""
-    if rc.framework == "nemo-rl":  # nemo_rl/models/generation/vllm/vllm_worker.py (v0.3-v0.5)
-        return "text", ("NeMo-RL's synchronous vLLM engine runs in its worker's process "
-                        "(VLLM_ENABLE_V1_MULTIPROCESSING=0) and returns each token's log-prob with the text "
-                        "(logprobs=0, detokenized)")
+    if rc.framework == "nemo-rl":  # nemo_rl/models/generation/vllm/vllm_worker.py (v0.3-v0.7)
+        if rc.rollout_detokenize:
+            return "text", ("NeMo-RL's synchronous vLLM engine runs in its worker's process "
+                            "(VLLM_ENABLE_V1_MULTIPROCESSING=0) and returns each token's log-prob with the text "
+                            "(logprobs=0; its tokenizer kept for stop strings or skip_tokenizer_init: false; v0.4.0 "
+                            "always)")
+        return "ids", ("NeMo-RL's synchronous vLLM engine runs in its worker's process "
+                       "(VLLM_ENABLE_V1_MULTIPROCESSING=0) and returns each token's log-prob without the text "
+                       "(logprobs=0, skip_tokenizer_init: no stop strings; v0.4.0 kept the tokenizer: "
+                       "--set shape.engine.in_process_logprobs=text)")
     if rc.framework == "verl":  # verl/workers/rollout/vllm_rollout/vllm_rollout_spmd.py
         return "ids", ("veRL's synchronous rollout runs vLLM in its worker's process (external_launcher) and returns "
                        "each token's log-prob without the text (logprobs=0, detokenize=False)")

@@ -68,6 +68,7 @@ class RunConfig(BaseModel):
     max_num_seqs: Optional[int] = None
     max_num_batched_tokens: Optional[int] = None
     rollout_async_engine: Optional[bool] = None  # engine serves requests as they come (AsyncLLM)
+    rollout_detokenize: Optional[bool] = None  # the engine turns its outputs into text (None: the framework's default)
     rollout_dtype: Optional[str] = None  # bf16, fp16, fp8
 
     # Policy update.

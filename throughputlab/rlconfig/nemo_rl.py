@@ -199,12 +199,28 @@ def _generation(ctx: Ctx) -> None:
     ctx.float(f"{V}.gpu_memory_utilization", "gpu_memory_utilization", lo=0.01, hi=1.0)
     ctx.bool(f"{V}.enforce_eager", "enforce_eager")
     ctx.bool(f"{V}.async_engine", "rollout_async_engine")
+    _detokenize(ctx)
     prec = ctx.str(f"{V}.precision", note="engine weights and activations")
     ctx.set("rollout_dtype", DTYPES.get(prec or "", prec), f"{V}.precision")
     for k in ("max_num_seqs", "max_num_batched_tokens"):
         ctx.int(f"{G}.vllm_kwargs.{k}", k)
         if k not in ctx.fields:
             ctx.int(f"{V}.{k}", k)
+
+
+def _detokenize(ctx: Ctx) -> None:
+    """Whether the vLLM engine has a tokenizer, so that it turns each sampled token (and its log-prob) into text:
+    NeMo-RL's configure_generation_config (nemo_rl/models/generation/__init__.py, v0.3.1 and v0.5.0 on) sets
+    skip_tokenizer_init true unless stop strings need the text or the config sets it; v0.4.0's worker forced it
+    false (vLLM 0.10.0 broke it)."""
+    skip = ctx.bool(f"{V}.skip_tokenizer_init", note="no tokenizer in the engine: outputs stay token ids")
+    if skip is None:
+        stops = ctx.raw(f"{G}.stop_strings") if ctx.stated(f"{G}.stop_strings") else None
+        skip = not stops
+        if ctx.has(f"{G}.stop_strings"):
+            ctx.note(f"{G}.stop_strings", stops, "no stop strings: NeMo-RL starts the engine without a tokenizer "
+                     "(skip_tokenizer_init)" if skip else "stop strings: the engine keeps its tokenizer")
+    ctx.set("rollout_detokenize", not skip)
 
 
 def _trainer(ctx: Ctx) -> None:
