@@ -597,7 +597,7 @@ def make_row(case: dict, result: Union[Prediction, Skip]) -> dict:
 
 
 def stats(rows: list[dict]) -> dict:
-    r = np.array([x["ratio"] for x in rows if x["ratio"] is not None], dtype=float)
+    r = np.array([rate_ratio(x) for x in rows if x["ratio"] is not None], dtype=float)
     if not len(r):
         return {"n": 0}
     err = np.abs(r - 1.0)
@@ -641,7 +641,7 @@ def summaries(rows: list[dict]) -> dict[str, list[tuple[str, dict, dict]]]:
 
 
 def _share(rows: list[dict], tol: float) -> tuple[int, int]:
-    return sum(abs(r["ratio"] - 1) <= tol for r in rows), len(rows)
+    return sum(abs(rate_ratio(r) - 1) <= tol for r in rows), len(rows)
 
 
 def _fig(rows: list[dict], tol: float) -> str:
@@ -734,8 +734,8 @@ def targets(rows: list[dict]) -> list[dict]:
     for tp in (4, 8):
         g = [r for r in tagged(2) if r["tp"] == tp]
         if g:
-            m = float(np.median([r["ratio"] for r in g]))
-            mu = [r["ratio"] for r in unamb(g)]
+            m = float(np.median([rate_ratio(r) for r in g]))
+            mu = [rate_ratio(r) for r in unamb(g)]
             meds.append(m)
             parts.append(f"TP {tp}: median {m:.2f} over {len(g)}" +
                          (f" (unambiguous {np.median(mu):.2f} over {len(mu)})" if mu else " (no unambiguous point)"))
@@ -842,7 +842,7 @@ def render(rows: list[dict], n_files: int, verbose: bool) -> tuple[str, dict]:
     summ = summaries(rows)
     sub = f"{'n':>4}  {'median':>6}  {'<=10%':>5}  {'<=25%':>5}  {'p10 - p90':^13}"
     for title, groups in summ.items():
-        lines += ["", f"By {title} (predicted/published)".ljust(50) + "all cases".ljust(45) + "unambiguous only",
+        lines += ["", f"By {title} (predicted/published rate; TPOT inverted)".ljust(50) + "all cases".ljust(45) + "unambiguous only",
                   " " * 50 + sub + "    " + sub]
         for label, a, u in groups:
             lines.append(f"  {label[:47]:<48}{_stats_text(a)}    {_stats_text(u)}")

@@ -185,6 +185,21 @@ def test_an_moe_layer_pays_the_fused_expert_paths_floor():
     assert moe.moe.moe_layers == 48 and m.decode.t0_s > rf.decode_fixed_s(moe.num_layers) + 0.9e-3
 
 
+def test_latent_attention_and_shared_experts_pay_their_extra_gemm_floors():
+    """DeepSeek-V3 decodes each layer through five attention GEMMs (MLA, three more than QKV and O) and each of its
+    58 MoE layers through a shared expert's two GEMMs beside the routed path: their floors are in the fixed cost.
+    Qwen3-30B-A3B (grouped-query attention, no shared expert) pays none of them."""
+    ds = resolve_model("deepseek-v3").spec
+    m = load_model(predict_analytic(ds, "h200", dtype="fp8", concurrency=(1,), layout=Layout(gpus=8, tp=8)))
+    extra = rf.MLA_EXTRA_GEMMS * 61 + rf.SHARED_EXPERT_GEMMS * 58
+    assert ds.moe.moe_layers == 58 and rf.extra_decode_gemms(61, True, 58) == extra == 299
+    assert m.decode.t0_s == pytest.approx(rf.decode_fixed_s(61, moe_layers=58) + extra * rf.GEMM_FLOOR_S)
+    moe = resolve_model("qwen3-30b-a3b").spec
+    assert rf.extra_decode_gemms(moe.num_layers, bool(moe.kv_values_per_layer), 0) == 0
+    q = load_model(predict_analytic(moe, "h100", concurrency=(1,)))
+    assert q.decode.t0_s == pytest.approx(rf.decode_fixed_s(moe.num_layers, moe_layers=moe.moe.moe_layers))
+
+
 def test_the_chunked_prefill_budget_splits_the_prefill():
     spec = resolve_model("qwen2.5-7b").spec
     big = load_model(predict_analytic(spec, "h100", concurrency=(1,), engine=EngineOptions(max_num_batched_tokens=65536)))

@@ -27,7 +27,7 @@ from throughputlab.fit.mbu import utilisation
 from throughputlab.fit.schema import FitResult
 from throughputlab.models.quant import checkpoint_lines
 from throughputlab.models.spec import ModelSpec, dtype_bytes
-from throughputlab.predict_engine import EngineOptions, check_parts, engine_lines, resolve, size_kv
+from throughputlab.predict_engine import EngineOptions, check_parts, decode_layer_counts, engine_lines, resolve, size_kv
 from throughputlab.predict_engine import t_seq_s as _t_seq_s
 from throughputlab.records.base import now_iso
 from throughputlab.records.fit import GenerationFit, ParamEstimate, Peaks
@@ -151,7 +151,7 @@ def analytic_model(spec: ModelSpec, gpu: str, dtype: str = "bfloat16", eff: Effi
     settings, kv_tokens = size_kv(settings, costs, layout.tp, mem)  # per engine
     settings = settings.model_copy(update={"host_factor": eff.host_factor})
     t0 = rf.decode_fixed_s(spec.num_layers, step_s=eff.decode_t0_s, gemm_floors=not eff.decode_t0_includes_layers,
-                           moe_layers=spec.moe.moe_layers if spec.moe else 0, floor_s=eff.gemm_floor_s)
+                           floor_s=eff.gemm_floor_s, **decode_layer_counts(spec))
     t0 += rf.engine_version_step_s(settings.name, settings.version, settings.scheduler_steps) * eff.host_factor
     comm, _ = _comm(ds.device, layout, eff)
     model = ThroughputModel(

@@ -261,3 +261,12 @@ def engine_lines(settings: rf.EngineSettings, kv_tokens: Optional[int], kv_seqs:
         lines.append(f"caution: vLLM refuses to start when one max_model_len sequence ({s.max_model_len:,} tokens) does "
                      f"not fit its KV cache ({kv_tokens:,} tokens): run it with --max-model-len {kv_tokens} or less")
     return lines
+
+
+def decode_layer_counts(spec: ModelSpec) -> dict[str, int]:
+    """``decode_fixed_s``'s counts for a model: its MoE layers, and the weight GEMMs beyond four a layer of its
+    latent attention and shared experts (roofline.extra_decode_gemms)."""
+    moe = spec.moe.moe_layers if spec.moe else 0
+    shared = moe if spec.moe and spec.moe.shared_expert_params else 0
+    return {"moe_layers": moe,
+            "extra_gemms": rf.extra_decode_gemms(spec.num_layers, bool(spec.kv_values_per_layer), shared)}

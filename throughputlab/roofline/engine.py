@@ -118,6 +118,19 @@ GEMMS_PER_LAYER = 4
 # (8 experts, top 2, TP 2) bf16 on H100, 144 us at 1 token for 352 MB (same line: 152); Qwen3-30B-A3B bf16 on an
 # A100 PCIe 40GB, 917 us at 64 tokens for 1,188 MB (vLLM PR #19049: the line gives 928).
 MOE_LAYER_FLOOR_S = 20e-6
+# Layers with more weight GEMMs than the four above pay a floor for each. Multi-head latent attention (DeepSeek-V2/V3,
+# Kimi K2) decodes through five instead of QKV and O: the fused down-projection of the query and the latent KV, the
+# query's up-projection, the absorbed key and value up-projections (two batched GEMMs per step, vLLM's MLA decode
+# path and SGLang's alike) and O: three more. A shared expert (DeepSeek's, Qwen2-MoE's) runs as a dense MLP beside
+# the fused routed path: its two GEMMs (gate-up, down) more in each MoE layer.
+MLA_EXTRA_GEMMS = 3
+SHARED_EXPERT_GEMMS = 2
+
+
+def extra_decode_gemms(num_layers: int, mla: bool = False, shared_expert_layers: int = 0) -> int:
+    """Weight GEMMs a decode step runs beyond GEMMS_PER_LAYER a layer (MLA_EXTRA_GEMMS a layer of latent
+    attention, SHARED_EXPERT_GEMMS a layer with a shared expert), each paying the GEMM floor."""
+    return (MLA_EXTRA_GEMMS * num_layers if mla else 0) + SHARED_EXPERT_GEMMS * shared_expert_layers
 
 Engine = Literal["vllm", "sglang", "trtllm"]
 KVDtype = Literal["auto", "fp8"]
@@ -244,14 +257,15 @@ def admission_bound(concurrency: int, kv_seqs: Optional[int], max_num_seqs: Opti
 
 
 def decode_fixed_s(num_layers: int, step_s: float = GRAPH_STEP_S, gemm_floors: bool = True,
-                   moe_layers: int = 0, floor_s: float = GEMM_FLOOR_S) -> float:
+                   moe_layers: int = 0, floor_s: float = GEMM_FLOOR_S, extra_gemms: int = 0) -> float:
     """A decode step's fixed device cost: the step's own (scheduling, sampling, graph launch) and the
     weight GEMMs' floors (GEMMS_PER_LAYER x ``floor_s`` per layer, GEMM_FLOOR_S on Hopper; the same on a 1/TP shard: modelled as
     a per-layer per-step fixed cost; ``gemm_floors=False`` when ``step_s`` was measured with them inside),
-    and MOE_LAYER_FLOOR_S more for each of ``moe_layers`` MoE layers (the fused expert path's own).
+    and MOE_LAYER_FLOOR_S more for each of ``moe_layers`` MoE layers (the fused expert path's own), and a floor
+    for each of ``extra_gemms`` GEMMs beyond the four a layer (:func:`extra_decode_gemms`).
     The same in eager mode: eager launches do not add to the device's time but bound the step from below
     (:func:`eager_step_s`)."""
-    return step_s + (num_layers * GEMMS_PER_LAYER * floor_s + moe_layers * MOE_LAYER_FLOOR_S
+    return step_s + ((num_layers * GEMMS_PER_LAYER + extra_gemms) * floor_s + moe_layers * MOE_LAYER_FLOOR_S
                      if gemm_floors else 0.0)
 
 
