@@ -167,7 +167,8 @@ def test_eager_mode_bounds_the_step_by_the_hosts_launches():
     graphs = load_model(predict_analytic(spec, "h100", concurrency=(1,)))
     eager = load_model(predict_analytic(spec, "h100", concurrency=(1,), engine=EngineOptions(enforce_eager=True)))
     assert eager.decode.t0_s == graphs.decode.t0_s  # the device's fixed cost is the same
-    assert graphs.decode.t0_s == pytest.approx(rf.GRAPH_STEP_S + spec.num_layers * 4 * rf.GEMM_FLOOR_S)
+    per_layer = rf.LAYER_KERNELS_S + 4 * rf.GEMM_FLOOR_S
+    assert graphs.decode.t0_s == pytest.approx(rf.GRAPH_STEP_S + spec.num_layers * per_layer)
     host = spec.num_layers * rf.EAGER_LAYER_S["vllm"]
     assert graphs.eager_host_s == 0.0 and eager.eager_host_s == pytest.approx(host)
     assert eager.decode_step_s(1, 100) == pytest.approx(host)  # host-bound: the launches set the step
@@ -183,6 +184,15 @@ def test_an_moe_layer_pays_the_fused_expert_paths_floor():
     m = load_model(predict_analytic(moe, "h100", concurrency=(1,)))
     assert m.decode.t0_s == pytest.approx(rf.decode_fixed_s(moe.num_layers, moe_layers=moe.moe.moe_layers))
     assert moe.moe.moe_layers == 48 and m.decode.t0_s > rf.decode_fixed_s(moe.num_layers) + 0.9e-3
+
+
+def test_the_fixed_cost_is_the_measured_one_at_32_layers_and_grows_per_layer():
+    """SGLang PR #1401's Llama-3-8B (32 layers, H100, batch 1): 0.55 ms besides its weights and 128 GEMM floors,
+    split into the step's own and each layer's small kernels; an 80-layer model pays the layer's part 80 times."""
+    assert rf.decode_fixed_s(32) == pytest.approx(0.55e-3 + 32 * rf.GEMMS_PER_LAYER * rf.GEMM_FLOOR_S)
+    assert rf.decode_fixed_s(80) - rf.decode_fixed_s(32) == pytest.approx(
+        48 * (rf.LAYER_KERNELS_S + rf.GEMMS_PER_LAYER * rf.GEMM_FLOOR_S))
+    assert rf.decode_fixed_s(80, step_s=2e-3, gemm_floors=False) == 2e-3  # a measured step holds its layers
 
 
 def test_latent_attention_and_shared_experts_pay_their_extra_gemm_floors():

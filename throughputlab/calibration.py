@@ -22,7 +22,7 @@ class Efficiencies(BaseModel):
     memory bandwidth in decode (vLLM reaches 70-85% MBU at batch 1 on A100/H100-class GPUs),
     half the dense FLOP/s for decode's skinny matmuls, 60% in prefill, 40% MFU in training
     (typical of FSDP/Megatron runs), 10 ms per micro-step. A decode step's fixed cost is
-    ``roofline.decode_fixed_s``: 0.55 ms per step plus 16 us of GEMM floors per layer (cited there);
+    ``roofline.decode_fixed_s``: 0.15 ms per step plus 28.5 us per layer (small kernels and GEMM floors, cited there);
     in eager mode a step is at least the host's launches (``roofline.eager_step_s``). Tensor-parallel
     all-reduces: the published latencies and bus bandwidths of ``roofline.devices`` (a small-tensor regime and a large one).
     The decode attention is its own kernel after the weight GEMMs (the per-kernel form), reading
@@ -69,8 +69,8 @@ class Efficiencies(BaseModel):
                                          "one roofline with the GEMMs over the summed bytes and FLOPs"),
                  f"fixed costs: decode step {self.decode_t0_s * 1e3:.3g} ms"
                  + ("" if self.decode_t0_includes_layers else
-                    f" + {rf.GEMMS_PER_LAYER * self.gemm_floor_s * 1e6:.3g} us per layer (GEMM floors; eager mode adds its "
-                    "launches per layer)")
+                    f" + {(rf.LAYER_KERNELS_S + rf.GEMMS_PER_LAYER * self.gemm_floor_s) * 1e6:.3g} us per layer (small "
+                    "kernels and GEMM floors; eager mode adds its launches per layer)")
                  + f", prefill {self.prefill_t0_s * 1e3:.3g} ms, training micro-step {self.train_t0_s * 1e3:.3g} ms"]
         if self.decode_t_seq_s:
             lines.append(f"per-sequence cost of a decode step: {self.decode_t_seq_s * 1e3:.3g} ms")

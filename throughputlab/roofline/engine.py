@@ -36,9 +36,14 @@ CUDA_GRAPH_BYTES = 0.5 * GIB
 # Tokens per KV block: vLLM's block_size on CUDA (vllm/config/cache.py), SGLang's page_size,
 # TensorRT-LLM's KvCacheConfig.tokens_per_block.
 BLOCK_TOKENS = {"vllm": 16, "sglang": 1, "trtllm": 32}
-# Decode fixed costs. With CUDA graphs: 0.55 ms per step plus the GEMM floors below (SGLang PR #1401:
-# Llama-3-8B at batch 1 takes 7.06 ms a step on H100; its 16.06 GB of weights at 80% of 3.35 TB/s take
-# 5.99 ms and its 128 GEMM floors 0.51 ms, which leaves 0.55 ms).
+# Decode fixed costs. With CUDA graphs: 0.15 ms per step plus 12.5 us per layer plus the GEMM floors below
+# (SGLang PR #1401: Llama-3-8B at batch 1 takes 7.06 ms a step on H100; its 16.06 GB of weights at 80% of
+# 3.35 TB/s take 5.99 ms and its 128 GEMM floors 0.51 ms, which leaves 0.55 ms). That measurement fixes the sum
+# for 32 layers; the split follows the kernels: a layer runs five small ones besides its GEMMs (two fused
+# residual-add RMSNorms, rotary embedding with the KV-cache write, attention, the gated activation), about 2.5 us
+# each in a graph, and the step a handful (embedding, final norm, the sampler's). Models of 80-126 layers at TP 4-8
+# and batch 1-16 (Argonne's Llama-3-70B and Qwen2-72B, AMD's Llama-3.1-70B on MI300X, ML.ENERGY's and dstack's
+# Llama-3.1-405B FP8) were 4-19% optimistic with the whole 0.55 ms per step, 1-15% with the split.
 # Eager (no CUDA graphs): the host launches every layer's kernels one by one while the device runs the
 # ones already queued, so a step takes max(host, device) (eager_step_s), the host's time being
 # EAGER_LAYER_S per layer. vLLM 0.80 ms: vllm-omni issue #7960, Qwen2.5-Omni-7B on 2 A800s, thinker
@@ -47,7 +52,8 @@ BLOCK_TOKENS = {"vllm": 16, "sglang": 1, "trtllm": 32}
 # 0.49-0.58 ms a layer for the same engine's layers; the max form agrees at both device times. SGLang
 # 0.29 ms: PR #1401, Llama-3-8B on H100 at batch 1, 32 layers, 9.28 ms eager with the triton backend
 # against 7.06 ms with graphs (flashinfer: 8.23 against 7.35 ms, 0.26 ms). TRT-LLM taken as vLLM's.
-GRAPH_STEP_S = 0.55e-3
+GRAPH_STEP_S = 0.15e-3
+LAYER_KERNELS_S = 12.5e-6
 # vLLM's V0 engine (before 0.8, when V1 became the default) schedules, prepares inputs and samples between
 # device steps instead of overlapping them: 2.4 ms more a decode step. From Qwen2's speed benchmark (vLLM 0.4.2,
 # A100 80GB, batch 1, 2048 tokens; QwenLM/Qwen2 docs/source/benchmark/speed_benchmark.rst): Qwen2-0.5B, 1.5B and
@@ -258,15 +264,15 @@ def admission_bound(concurrency: int, kv_seqs: Optional[int], max_num_seqs: Opti
 
 def decode_fixed_s(num_layers: int, step_s: float = GRAPH_STEP_S, gemm_floors: bool = True,
                    moe_layers: int = 0, floor_s: float = GEMM_FLOOR_S, extra_gemms: int = 0) -> float:
-    """A decode step's fixed device cost: the step's own (scheduling, sampling, graph launch) and the
-    weight GEMMs' floors (GEMMS_PER_LAYER x ``floor_s`` per layer, GEMM_FLOOR_S on Hopper; the same on a 1/TP shard: modelled as
-    a per-layer per-step fixed cost; ``gemm_floors=False`` when ``step_s`` was measured with them inside),
+    """A decode step's fixed device cost: the step's own (sampling, graph launch), each layer's small kernels
+    (LAYER_KERNELS_S) and its weight GEMMs' floors (GEMMS_PER_LAYER x ``floor_s`` per layer, GEMM_FLOOR_S on Hopper;
+    the same on a 1/TP shard; ``gemm_floors=False`` when ``step_s`` was measured with the per-layer costs inside),
     and MOE_LAYER_FLOOR_S more for each of ``moe_layers`` MoE layers (the fused expert path's own), and a floor
     for each of ``extra_gemms`` GEMMs beyond the four a layer (:func:`extra_decode_gemms`).
     The same in eager mode: eager launches do not add to the device's time but bound the step from below
     (:func:`eager_step_s`)."""
-    return step_s + ((num_layers * GEMMS_PER_LAYER + extra_gemms) * floor_s + moe_layers * MOE_LAYER_FLOOR_S
-                     if gemm_floors else 0.0)
+    return step_s + (num_layers * LAYER_KERNELS_S + (num_layers * GEMMS_PER_LAYER + extra_gemms) * floor_s
+                     + moe_layers * MOE_LAYER_FLOOR_S if gemm_floors else 0.0)
 
 
 def is_v0(engine: str, version: Optional[str]) -> bool:
