@@ -182,7 +182,6 @@ def test_an_moe_layer_pays_the_fused_expert_paths_floor():
     assert rf.decode_fixed_s(48, gemm_floors=False, moe_layers=48) == rf.GRAPH_STEP_S  # measured: already inside
     moe = resolve_model("qwen3-30b-a3b").spec
     m = load_model(predict_analytic(moe, "h100", concurrency=(1,)))
-    assert m.decode.t0_s == pytest.approx(rf.decode_fixed_s(moe.num_layers, moe_layers=moe.moe.moe_layers))
     assert moe.moe.moe_layers == 48 and m.decode.t0_s > rf.decode_fixed_s(moe.num_layers) + 0.9e-3
 
 
@@ -195,19 +194,25 @@ def test_the_fixed_cost_is_the_measured_one_at_32_layers_and_grows_per_layer():
     assert rf.decode_fixed_s(80, step_s=2e-3, gemm_floors=False) == 2e-3  # a measured step holds its layers
 
 
-def test_latent_attention_and_shared_experts_pay_their_extra_gemm_floors():
-    """DeepSeek-V3 decodes each layer through five attention GEMMs (MLA, three more than QKV and O) and each of its
-    58 MoE layers through a shared expert's two GEMMs beside the routed path: their floors are in the fixed cost.
-    Qwen3-30B-A3B (grouped-query attention, no shared expert) pays none of them."""
+def test_latent_attention_shared_experts_routers_and_qk_norms_pay_their_kernels():
+    """DeepSeek-V3 decodes each layer through five attention GEMMs (MLA, three more than QKV and O) and two latent
+    norms more, and each of its 58 MoE layers through a router's gate and a shared expert's two GEMMs beside the
+    routed path; Qwen3-30B-A3B (grouped-query attention, no shared expert) through its routers and two per-head
+    query/key norms a layer; Llama-3.1-8B through none of them."""
     ds = resolve_model("deepseek-v3").spec
     m = load_model(predict_analytic(ds, "h200", dtype="fp8", concurrency=(1,), layout=Layout(gpus=8, tp=8)))
-    extra = rf.MLA_EXTRA_GEMMS * 61 + rf.SHARED_EXPERT_GEMMS * 58
-    assert ds.moe.moe_layers == 58 and rf.extra_decode_gemms(61, True, 58) == extra == 299
-    assert m.decode.t0_s == pytest.approx(rf.decode_fixed_s(61, moe_layers=58) + extra * rf.GEMM_FLOOR_S)
+    gemms = rf.MLA_EXTRA_GEMMS * 61 + (rf.SHARED_EXPERT_GEMMS + rf.ROUTER_GEMMS) * 58
+    assert ds.moe.moe_layers == 58 and rf.extra_decode_gemms(61, True, 58, 58) == gemms == 357
+    assert rf.extra_decode_kernels(61, mla=True) == rf.MLA_EXTRA_KERNELS * 61
+    assert m.decode.t0_s == pytest.approx(rf.decode_fixed_s(61, moe_layers=58) + gemms * rf.GEMM_FLOOR_S
+                                          + rf.MLA_EXTRA_KERNELS * 61 * rf.SMALL_KERNEL_S)
     moe = resolve_model("qwen3-30b-a3b").spec
-    assert rf.extra_decode_gemms(moe.num_layers, bool(moe.kv_values_per_layer), 0) == 0
     q = load_model(predict_analytic(moe, "h100", concurrency=(1,)))
-    assert q.decode.t0_s == pytest.approx(rf.decode_fixed_s(moe.num_layers, moe_layers=moe.moe.moe_layers))
+    assert q.decode.t0_s == pytest.approx(rf.decode_fixed_s(48, moe_layers=48) + 48 * rf.ROUTER_GEMMS * rf.GEMM_FLOOR_S
+                                          + 48 * rf.QK_NORM_KERNELS * rf.SMALL_KERNEL_S)
+    dense = resolve_model("llama3.1-8b").spec
+    assert load_model(predict_analytic(dense, "h100", concurrency=(1,))).decode.t0_s == pytest.approx(
+        rf.decode_fixed_s(dense.num_layers))
 
 
 def test_the_chunked_prefill_budget_splits_the_prefill():

@@ -264,9 +264,11 @@ def engine_lines(settings: rf.EngineSettings, kv_tokens: Optional[int], kv_seqs:
 
 
 def decode_layer_counts(spec: ModelSpec) -> dict[str, int]:
-    """``decode_fixed_s``'s counts for a model: its MoE layers, and the weight GEMMs beyond four a layer of its
-    latent attention and shared experts (roofline.extra_decode_gemms)."""
+    """``decode_fixed_s``'s counts for a model: its MoE layers, the weight GEMMs beyond four a layer (latent
+    attention's, shared experts', routers': roofline.extra_decode_gemms) and the small kernels beyond five a layer
+    (query/key norms, latent attention's norms: roofline.extra_decode_kernels)."""
     moe = spec.moe.moe_layers if spec.moe else 0
     shared = moe if spec.moe and spec.moe.shared_expert_params else 0
-    return {"moe_layers": moe,
-            "extra_gemms": rf.extra_decode_gemms(spec.num_layers, bool(spec.kv_values_per_layer), shared)}
+    mla = bool(spec.kv_values_per_layer)
+    return {"moe_layers": moe, "extra_gemms": rf.extra_decode_gemms(spec.num_layers, mla, shared, moe),
+            "extra_kernels": rf.extra_decode_kernels(spec.num_layers, mla, spec.model_type in rf.QK_NORM_MODEL_TYPES)}

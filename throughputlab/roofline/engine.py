@@ -53,7 +53,8 @@ BLOCK_TOKENS = {"vllm": 16, "sglang": 1, "trtllm": 32}
 # 0.29 ms: PR #1401, Llama-3-8B on H100 at batch 1, 32 layers, 9.28 ms eager with the triton backend
 # against 7.06 ms with graphs (flashinfer: 8.23 against 7.35 ms, 0.26 ms). TRT-LLM taken as vLLM's.
 GRAPH_STEP_S = 0.15e-3
-LAYER_KERNELS_S = 12.5e-6
+SMALL_KERNEL_S = 2.5e-6
+LAYER_KERNELS_S = 5 * SMALL_KERNEL_S
 # vLLM's V0 engine (before 0.8, when V1 became the default) schedules, prepares inputs and samples between
 # device steps instead of overlapping them: 2.4 ms more a decode step. From Qwen2's speed benchmark (vLLM 0.4.2,
 # A100 80GB, batch 1, 2048 tokens; QwenLM/Qwen2 docs/source/benchmark/speed_benchmark.rst): Qwen2-0.5B, 1.5B and
@@ -128,15 +129,31 @@ MOE_LAYER_FLOOR_S = 20e-6
 # Kimi K2) decodes through five instead of QKV and O: the fused down-projection of the query and the latent KV, the
 # query's up-projection, the absorbed key and value up-projections (two batched GEMMs per step, vLLM's MLA decode
 # path and SGLang's alike) and O: three more. A shared expert (DeepSeek's, Qwen2-MoE's) runs as a dense MLP beside
-# the fused routed path: its two GEMMs (gate-up, down) more in each MoE layer.
+# the fused routed path: its two GEMMs (gate-up, down) more in each MoE layer. The router's gate projection is one
+# more in every MoE layer: the fused path's floor above was measured from router logits given (benchmark_moe.py
+# draws them), and at TP 8 it holds (SGLang PR #11730: Qwen3-235B-A22B FP8 on H200, 31.7 us at one token for 19 MB
+# of experts, 28 us + bytes at 85% of 4.8 TB/s).
 MLA_EXTRA_GEMMS = 3
 SHARED_EXPERT_GEMMS = 2
+ROUTER_GEMMS = 1
+# Small kernels beyond a layer's five (SMALL_KERNEL_S each): per-head RMSNorms of queries and keys (Qwen3, OLMo-2,
+# Gemma-3: two launches), latent attention's norms of the compressed query and KV (two).
+QK_NORM_KERNELS = 2
+MLA_EXTRA_KERNELS = 2
+QK_NORM_MODEL_TYPES = ("qwen3", "qwen3_moe", "olmo2", "gemma3", "gemma3_text")
 
 
-def extra_decode_gemms(num_layers: int, mla: bool = False, shared_expert_layers: int = 0) -> int:
+def extra_decode_gemms(num_layers: int, mla: bool = False, shared_expert_layers: int = 0, moe_layers: int = 0) -> int:
     """Weight GEMMs a decode step runs beyond GEMMS_PER_LAYER a layer (MLA_EXTRA_GEMMS a layer of latent
-    attention, SHARED_EXPERT_GEMMS a layer with a shared expert), each paying the GEMM floor."""
-    return (MLA_EXTRA_GEMMS * num_layers if mla else 0) + SHARED_EXPERT_GEMMS * shared_expert_layers
+    attention, SHARED_EXPERT_GEMMS a layer with a shared expert, ROUTER_GEMMS an MoE layer), each paying the GEMM
+    floor."""
+    return ((MLA_EXTRA_GEMMS * num_layers if mla else 0) + SHARED_EXPERT_GEMMS * shared_expert_layers
+            + ROUTER_GEMMS * moe_layers)
+
+
+def extra_decode_kernels(num_layers: int, mla: bool = False, qk_norm: bool = False) -> int:
+    """Small kernels a decode step runs beyond the five of each layer (LAYER_KERNELS_S), SMALL_KERNEL_S each."""
+    return num_layers * ((MLA_EXTRA_KERNELS if mla else 0) + (QK_NORM_KERNELS if qk_norm else 0))
 
 Engine = Literal["vllm", "sglang", "trtllm"]
 KVDtype = Literal["auto", "fp8"]
@@ -263,16 +280,19 @@ def admission_bound(concurrency: int, kv_seqs: Optional[int], max_num_seqs: Opti
 
 
 def decode_fixed_s(num_layers: int, step_s: float = GRAPH_STEP_S, gemm_floors: bool = True,
-                   moe_layers: int = 0, floor_s: float = GEMM_FLOOR_S, extra_gemms: int = 0) -> float:
+                   moe_layers: int = 0, floor_s: float = GEMM_FLOOR_S, extra_gemms: int = 0,
+                   extra_kernels: int = 0) -> float:
     """A decode step's fixed device cost: the step's own (sampling, graph launch), each layer's small kernels
     (LAYER_KERNELS_S) and its weight GEMMs' floors (GEMMS_PER_LAYER x ``floor_s`` per layer, GEMM_FLOOR_S on Hopper;
     the same on a 1/TP shard; ``gemm_floors=False`` when ``step_s`` was measured with the per-layer costs inside),
     and MOE_LAYER_FLOOR_S more for each of ``moe_layers`` MoE layers (the fused expert path's own), and a floor
-    for each of ``extra_gemms`` GEMMs beyond the four a layer (:func:`extra_decode_gemms`).
+    for each of ``extra_gemms`` GEMMs beyond the four a layer (:func:`extra_decode_gemms`) and SMALL_KERNEL_S for each
+    of ``extra_kernels`` small kernels beyond the five (:func:`extra_decode_kernels`).
     The same in eager mode: eager launches do not add to the device's time but bound the step from below
     (:func:`eager_step_s`)."""
-    return step_s + (num_layers * LAYER_KERNELS_S + (num_layers * GEMMS_PER_LAYER + extra_gemms) * floor_s
-                     + moe_layers * MOE_LAYER_FLOOR_S if gemm_floors else 0.0)
+    return step_s + (num_layers * LAYER_KERNELS_S + extra_kernels * SMALL_KERNEL_S
+                     + (num_layers * GEMMS_PER_LAYER + extra_gemms) * floor_s + moe_layers * MOE_LAYER_FLOOR_S
+                     if gemm_floors else 0.0)
 
 
 def is_v0(engine: str, version: Optional[str]) -> bool:
