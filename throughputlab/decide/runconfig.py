@@ -134,9 +134,9 @@ def decide_data(rc: RunConfig) -> tuple[dict[str, Any], list[str], list[str]]:
 
 # A config gives caps, not lengths. Published RL runs' mean prompts sat far below their prompt caps: 0.09-0.20 of
 # them in the eight veRL logs of benchmarks/data/rl_runs (83-104 tokens under caps of 512 and 1,024; GSM8K and
-# MATH), 101-178 tokens in NeMo-RL's (caps of 1,536-16,384); a cap is set for the longest prompt of a dataset. A
-# quarter of the cap leans long for those, and leaves room for datasets of longer prompts (tool descriptions,
-# code, documents).
+# MATH), 101-178 tokens derived for NeMo-RL's (sequence caps of 1,536-8,192); a cap is set for the longest prompt
+# of a dataset. A quarter of the cap leans long for those, and leaves room for datasets of longer prompts (tool
+# descriptions, code, documents).
 PROMPT_SHARE_OF_CAP = 0.25
 
 
