@@ -41,7 +41,6 @@ if str(ROOT) not in sys.path[:1]:
 
 import throughputlab  # noqa: E402
 from throughputlab import __version__  # noqa: E402
-from throughputlab import roofline as rf  # noqa: E402
 from throughputlab.errors import UserError  # noqa: E402
 from throughputlab.fit.schema import load_fit  # noqa: E402
 from throughputlab.models import preset_names, resolve_model  # noqa: E402
@@ -463,10 +462,10 @@ def predict_case(case: dict) -> Union[Prediction, Skip]:
         running = _running(model, c_engine, prompt_len, output_len)
         if running < c_engine:
             notes.append(f"predict's engine runs {running} of the {c_engine} requests at once")
-        if metric == "tpot_ms":
-            args = (running, rf.mean_context(prompt_len, output_len))
-            value = float(model.decode_step_s(*args)) * 1e3
-            interval = _interval(model, "decode_step_s", args, 1e3)
+        if metric == "tpot_ms":  # a served run's: the other requests' prefills included (rf.served_tpot_s)
+            args = (c_engine, prompt_len, output_len)
+            value = float(model.served_tpot_s(*args)) * 1e3
+            interval = _interval(model, "served_tpot_s", args, 1e3)
         else:
             factor = engines  # tokens/s of the whole run: every engine
             if metric == "total_tokens_per_s":

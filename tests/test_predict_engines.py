@@ -398,3 +398,44 @@ def test_v0_engines_take_v0s_batch_defaults():
     m_short, _, _ = analytic_model(spec, "h100", engine=EngineOptions(engine_version="0.6.3", max_model_len=32768))
     m_long, _, _ = analytic_model(spec, "h100", engine=EngineOptions(engine_version="0.6.3", max_model_len=32769))
     assert m_short.kv_cache_tokens < m_long.kv_cache_tokens
+
+
+# ---------------------------------------------------------------- a served run's TPOT
+
+
+def test_served_tpot_by_hand():
+    """One request's output_len - 1 decode steps carry the other running slots' next prompts, one each."""
+    assert rf.served_tpot_s(0.02, 0.5, 1, 101) == pytest.approx(0.02)  # alone: the decode step
+    assert rf.served_tpot_s(0.02, 0.5, 11, 101) == pytest.approx(0.02 + 10 * 0.5 / 100)
+    assert rf.served_tpot_s(0.02, 0.5, 11, 1) == pytest.approx(0.02 + 10 * 0.5)  # no decode step to spread over
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"], ids=["prefill-apart", "prefill-mixed"])
+def test_a_served_tpot_adds_the_other_requests_prefills_as_the_engine_schedules_them(engine):
+    """SGLang keeps a prompt's prefill as a step of its own (--enable-mixed-chunk off): each of the other
+    running requests' next prompt adds a whole prefill step; vLLM V1 mixes it into a decode step, which
+    then costs only the prompt's compute on top of the decodes' weight read."""
+    spec = resolve_model("llama3.1-8b").spec
+    p, o = 2048, 256
+    m = load_model(predict_analytic(spec, "h100", concurrency=(1,), prompt_len=p, output_len=o,
+                                    engine=EngineOptions(engine=engine, max_num_batched_tokens=8192)))
+    s = float(rf.mean_context(p, o))
+    assert m.served_tpot_s(1, p, o) == pytest.approx(m.decode_step_s(1, s))
+    tpot, dec = m.served_tpot_s(32, p, o), m.decode_step_s(32, s)
+    own_step = m.prefill_tokens_s(p, p * p)
+    mixed_extra = m.mixed_step_s(32, 32 * s, p, p * p) - dec
+    assert 0 < mixed_extra < own_step
+    extra = own_step if engine == "sglang" else mixed_extra
+    assert tpot == pytest.approx(dec + 31 * extra / (o - 1), rel=1e-9)
+    table = generation_table(m, [1, 32], p, o)
+    assert list(table["tpot_ms"]) == pytest.approx([m.decode_step_s(1, s) * 1e3, tpot * 1e3])
+
+
+def test_a_served_tpot_past_the_kv_cache_is_the_admitted_batchs():
+    """Requests past what the engine admits queue: they lengthen the wait for a first token, not the TPOT."""
+    spec = resolve_model("qwen2.5-32b").spec
+    kw = dict(prompt_len=1024, output_len=1024, layout=Layout(gpus=2, tp=2))
+    m = load_model(predict_analytic(spec, "l40s", concurrency=(1,), **kw))
+    n = m.kv_sequences(1024, 1024)
+    assert m.served_tpot_s(100, 1024, 1024) == pytest.approx(m.served_tpot_s(n, 1024, 1024), rel=1e-12)
+    assert m.served_tpot_s(n, 1024, 1024) > m.served_tpot_s(n // 2, 1024, 1024)

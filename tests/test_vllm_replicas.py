@@ -28,8 +28,10 @@ pytestmark = [
 
 
 def _spec(concurrency=(1, 2, 4)) -> BenchSpec:
+    # 256 output tokens: a point takes seconds even on a fast machine, so a kill made when the first point is
+    # seen finished lands while a later one is measured, however late the profile's watcher reads it
     return BenchSpec(model="tiny", only="gen", device="cpu",
-                     generation=GenerationSpec(backend="vllm", concurrency=list(concurrency), prompt_len=16, output_len=32,
+                     generation=GenerationSpec(backend="vllm", concurrency=list(concurrency), prompt_len=16, output_len=256,
                                                data_parallel=2, engine_args={"enforce_eager": True}),
                      measurement=Measurement(warmup=1, repeats=2, rounds=1), telemetry=Telemetry(enabled=False))
 
@@ -111,8 +113,8 @@ def test_two_replicas_measure_together_a_killed_rank_leaves_nothing_and_resume_f
             os.kill(rec.rank(1).pid, signal.SIGKILL)
 
     first = Recorder(on_finish=kill_rank_1)
-    # a point takes a fraction of a second here: the profile is read every 20 ms, so the kill lands while a
-    # later point is measured, not after the sweep has ended unseen between two reads
+    # the profile is read every 20 ms and each later point takes seconds, so the kill lands while one of them is
+    # measured, not after the sweep has ended unseen between two reads
     res = run_generation_replicas(_spec((1, 2, 4, 8)), path, hooks=first, probe_microbench=False, timeout_s=500,
                                   poll_s=0.02)
     assert not res.ok and res.failed_point in (2, 4, 8), (res.message, first.events)

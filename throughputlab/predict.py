@@ -338,13 +338,11 @@ def predict_analytic(spec: ModelSpec, gpu: str, *, dtype: str = "bfloat16", cali
     assumptions += _interval_lines(model)
     if layout.gpus > 1:
         assumptions.append(f"FSDP traffic exposed (not under compute): {exposed:.0%}, {exposed_source}")
-    if layout.gpus > 1:
         assumptions.append(f"layout: {layout.gpus} GPUs on {layout.nodes} node(s); generation in {layout.engines} "
                            f"engine(s) of TP {layout.tp}; training with FSDP over {layout.gpus} GPUs"
                            + (f" x TP {layout.train_tp} (2D: a micro-batch per TP group, its activations all-reduced "
                               "twice a layer each pass; sharded GEMMs at full efficiency, not modelled)"
-                              if layout.train_tp > 1 else "") + "; "
-                           f"links: {model.comm.source}")
+                              if layout.train_tp > 1 else "") + f"; links: {model.comm.source}")
     s = rf.mean_context(prompt_len, output_len)
     knee, knee_note = knee_statement(model, s)
     e2e, e2e_note = generation_knee_statement(model, prompt_len, output_len)
@@ -380,9 +378,9 @@ def predict_analytic(spec: ModelSpec, gpu: str, *, dtype: str = "bfloat16", cali
 
 
 def generation_table(model: ThroughputModel, concurrency: Sequence[int], prompt_len: int, output_len: int) -> pd.DataFrame:
-    """Per concurrency: the sequences the engine runs at once, decode step, decode and end-to-end tokens/s,
-    and the bound: "memory" or "compute" (the roofline term that dominates the step), or the admission
-    cap that holds the rest in the queue ("admission: KV cache", "admission: max_num_seqs")."""
+    """Per concurrency: the sequences the engine runs at once, decode step, a served run's TPOT (the other requests'
+    prefills included, rf.served_tpot_s), decode and end-to-end tokens/s, and the bound: "memory" or "compute" (the
+    roofline term that dominates the step), or the admission cap that holds the rest ("admission: KV cache", ...)."""
     s = rf.mean_context(prompt_len, output_len)
     rows = []
     for c in concurrency:
@@ -390,13 +388,14 @@ def generation_table(model: ThroughputModel, concurrency: Sequence[int], prompt_
         held = model.admission_bound(c, prompt_len, output_len)
         if a < 1:
             rows.append({"concurrency": c, "running": 0, "decode_step_ms": float("nan"), "decode_tokens_per_s": 0.0,
-                         "tokens_per_s": 0.0, "prefill_ms": float("nan"), "bound": held})
+                         "tpot_ms": float("nan"), "tokens_per_s": 0.0, "prefill_ms": float("nan"), "bound": held})
             continue
         td = model.decode_step_s(a, s)
         mem, comp = model.decode_terms_s(a, s)
         band = model.served_tokens_per_s_interval(c, prompt_len, output_len, model.gen_spread.level) \
             if model.gen_spread else (float("nan"), float("nan"))
         rows.append({"concurrency": c, "running": a, "decode_step_ms": td * 1e3, "decode_tokens_per_s": a / td,
+                     "tpot_ms": model.served_tpot_s(c, prompt_len, output_len) * 1e3,
                      "tokens_per_s": model.served_tokens_per_s(c, prompt_len, output_len),
                      "tokens_per_s_lo": band[0], "tokens_per_s_hi": band[1],
                      "prefill_ms": model.prefill_s(a, prompt_len) * 1e3,

@@ -265,6 +265,23 @@ class ThroughputModel(Record):
         a = self.admitted(c, prompt_len, output_len)
         return self.generation_tokens_per_s(a, prompt_len, output_len) if a > 0 else 0.0
 
+    def served_tpot_s(self, c: int, prompt_len: int, output_len: int) -> float:
+        """Mean time between a request's tokens with c requests served at once (rf.served_tpot_s): the admitted
+        requests' decode step, plus the other running slots' next prompts, each in its chunks of the engine's
+        token budget, as steps of their own where the engine keeps prefill apart (SGLang's default, vLLM's V0),
+        else as what they add to the decode steps they ride in."""
+        a = self.admitted(c, prompt_len, output_len)
+        s = float(rf.mean_context(prompt_len, output_len))
+        dec = self.decode_step_s(a, s)
+        e = self.engine
+        n = float(rf.prefill_chunks(prompt_len, e.max_num_batched_tokens if e else None))
+        q1 = prompt_len / n
+        if e is not None and (e.name in rf.SEPARATE_PREFILL_ENGINES or rf.is_v0(e.name, e.version)):
+            per_prompt = n * self.prefill_tokens_s(q1, q1 * prompt_len)
+        else:
+            per_prompt = n * max(self.mixed_step_s(a, a * s, q1, q1 * prompt_len) - dec, 0.0)
+        return rf.served_tpot_s(dec, per_prompt, a, output_len)
+
     # ---- intervals (throughputlab.spread): (lo, hi) at ``level``, None where the model has no spread
     def _interval(self, spread: Optional[Spread], value: float, level: float, time: bool = False):
         if spread is None:
@@ -279,6 +296,9 @@ class ThroughputModel(Record):
 
     def decode_step_s_interval(self, c, s, level=LEVEL):
         return self._interval(self.gen_spread, self.decode_step_s(c, s), level, time=True)
+
+    def served_tpot_s_interval(self, c, prompt_len, output_len, level=LEVEL):
+        return self._interval(self.gen_spread, self.served_tpot_s(c, prompt_len, output_len), level, time=True)
 
     def train_tokens_per_s_interval(self, b, seq_len, level=LEVEL):
         return self._interval(self.train_spread, self.train_tokens_per_s(b, seq_len), level)

@@ -270,6 +270,18 @@ def static_batch_s(prefill_time, decode_step_time, output_len, overhead_s: float
     return overhead_s + prefill_time + np.maximum(np.asarray(output_len) - 1, 0) * decode_step_time
 
 
+def served_tpot_s(decode_step_time, per_prompt_s, running, output_len):
+    """Mean time between one request's tokens while ``running`` requests are served without pause (a
+    fixed-concurrency benchmark's TPOT, (latency - TTFT) / (output - 1): vLLM's and SGLang's bench_serve,
+    GuideLLM's inter-token latency). In one request's life each other running slot finishes its request and
+    starts the next once, so its output_len - 1 decode steps also carry running - 1 prompts' prefills,
+    ``per_prompt_s`` each (what a prompt adds to the steps it rides in, or its own step where the engine
+    does not mix prefill into decode steps): decode + (running - 1) * per_prompt / (output_len - 1)."""
+    others = np.maximum(np.asarray(running, dtype=float) - 1, 0)
+    steps = np.maximum(np.asarray(output_len, dtype=float) - 1, 1)
+    return _out(decode_step_time + others * per_prompt_s / steps)
+
+
 def train_step_s(b, seq_len, costs: Costs, t0: float, phi_train: float, recompute=False,
                  phi_attn: Optional[float] = None, passes: float = 3.0):
     """Training micro-step: t0 + 3*b*S*(F + S*a/2)/PHI_train (forward + backward ~ 3x forward), plus
