@@ -369,3 +369,31 @@ def test_the_rollouts_knee_is_the_models_knee(tp, bw_mem):
         assert m.knee(s) is None and r.knee_concurrency is None
     else:
         assert r.knee_concurrency == pytest.approx(m.knee(s), rel=1e-6)
+
+
+def test_sglang_prefills_in_a_pass_of_its_own_while_the_decodes_wait():
+    """SGLang keeps prefill apart from decodes (--enable-mixed-chunk off by default): a step that admits a prompt
+    costs the prefill pass plus the decodes' pass; vLLM V1 reads the weights once for both. Every other step is
+    the same, and the rollout's wall time differs by exactly those steps."""
+    from throughputlab.decide.rollout import step_costs
+    from throughputlab.decide.schedule import schedule_slots
+    from throughputlab.fit import load_model
+    from throughputlab.predict import predict_analytic
+    from throughputlab.predict_engine import EngineOptions
+
+    spec = resolve_model("llama3.1-8b").spec
+    sg = load_model(predict_analytic(spec, "h100", concurrency=(1,), engine=EngineOptions(engine="sglang")))
+    mixing = sg.model_copy(update={"engine": sg.engine.model_copy(update={"name": "vllm"})})
+    assert sg.separate_prefill and not mixing.separate_prefill
+    lengths, p = [30, 50, 40, 20, 60, 10], 512
+    st, _, _ = schedule_slots(np.array(lengths), p, 3)
+    t_sg, dec_sg = step_costs(sg, st)
+    t_mix, _ = step_costs(mixing, st)
+    both = (st.dec > 0) & (st.q1 > 0)
+    assert both.any() and (~both).any()
+    assert t_sg[~both] == pytest.approx(t_mix[~both], rel=1e-12)
+    assert t_sg[both] == pytest.approx(dec_sg[both] + sg.prefill_tokens_s(st.q1[both], st.q2[both]), rel=1e-12)
+    assert np.all(t_sg[both] > t_mix[both])
+    caps = EngineCaps(max_num_seqs=3)
+    gap = simulate_rollout(sg, lengths, p, caps).wall_s - simulate_rollout(mixing, lengths, p, caps).wall_s
+    assert gap == pytest.approx(float((t_sg - t_mix).sum()), rel=1e-9)

@@ -265,18 +265,25 @@ class ThroughputModel(Record):
         a = self.admitted(c, prompt_len, output_len)
         return self.generation_tokens_per_s(a, prompt_len, output_len) if a > 0 else 0.0
 
+    @property
+    def separate_prefill(self) -> bool:
+        """Whether the engine runs prefill as steps of their own while the decodes wait (SGLang's default:
+        rf.SEPARATE_PREFILL_ENGINES) instead of mixing it into decode steps; a fitted engine mixes."""
+        e = self.engine
+        return e is not None and self.source != "fit" and e.name in rf.SEPARATE_PREFILL_ENGINES
+
     def served_tpot_s(self, c: int, prompt_len: int, output_len: int) -> float:
         """Mean time between a request's tokens with c requests served at once (rf.served_tpot_s): the admitted
         requests' decode step, plus the other running slots' next prompts, each in its chunks of the engine's
-        token budget, as steps of their own where the engine keeps prefill apart (SGLang's default, vLLM's V0),
-        else as what they add to the decode steps they ride in."""
+        token budget, as steps of their own where the engine keeps prefill apart (``separate_prefill``), else as
+        what they add to the decode steps they ride in."""
         a = self.admitted(c, prompt_len, output_len)
         s = float(rf.mean_context(prompt_len, output_len))
         dec = self.decode_step_s(a, s)
         e = self.engine
         n = float(rf.prefill_chunks(prompt_len, e.max_num_batched_tokens if e else None))
         q1 = prompt_len / n
-        if e is not None and (e.name in rf.SEPARATE_PREFILL_ENGINES or rf.is_v0(e.name, e.version)):
+        if self.separate_prefill:
             per_prompt = n * self.prefill_tokens_s(q1, q1 * prompt_len)
         else:
             per_prompt = n * max(self.mixed_step_s(a, a * s, q1, q1 * prompt_len) - dec, 0.0)

@@ -105,11 +105,16 @@ def step_costs(model: ThroughputModel, st: Steps) -> tuple[np.ndarray, np.ndarra
     A mixed step is one forward pass (``mixed_step_s``): its memory term reads the weights and the
     decodes' KV, its compute term adds the prefill FLOPs at the prefill's own rate. A step with
     prefill only is ``prefill_tokens_s``; one with decodes only, ``decode_step_s`` at s = ctx/dec.
+    An engine that keeps prefill apart (``model.separate_prefill``: SGLang's default) runs the
+    prefill as a step of its own while the decodes wait: the two passes one after the other.
     """
     zero = np.zeros_like(st.q1)
-    mixed = model.mixed_step_s(st.dec, st.ctx, st.q1, st.q2)
     pure_prefill = model.prefill_tokens_s(st.q1, st.q2)
     decode_only = np.where(st.dec > 0, model.mixed_step_s(st.dec, st.ctx, zero, zero), 0.0)
+    if model.separate_prefill:  # (a request whose prompt its group's first one cached adds no prefill step)
+        mixed = np.where(st.q1 > 0, decode_only + pure_prefill, decode_only)
+    else:
+        mixed = model.mixed_step_s(st.dec, st.ctx, st.q1, st.q2)
     has_dec = st.dec > 0
     t = np.where(has_dec, np.where(st.new > 0, mixed, decode_only), pure_prefill)
     return t, decode_only

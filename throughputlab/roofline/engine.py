@@ -53,7 +53,7 @@ BLOCK_TOKENS = {"vllm": 16, "sglang": 1, "trtllm": 32}
 # 0.29 ms: PR #1401, Llama-3-8B on H100 at batch 1, 32 layers, 9.28 ms eager with the triton backend
 # against 7.06 ms with graphs (flashinfer: 8.23 against 7.35 ms, 0.26 ms). TRT-LLM taken as vLLM's.
 # Engines that run a prompt's prefill as a step of its own, the decodes waiting (SGLang: --enable-mixed-chunk off by
-# default; vLLM's V0 too, is_v0); vLLM V1 and TensorRT-LLM's in-flight batching mix it into the decode steps.
+# default); vLLM V1 and TensorRT-LLM's in-flight batching mix it into the decode steps (vLLM V0 did either way).
 SEPARATE_PREFILL_ENGINES = ("sglang",)
 GRAPH_STEP_S = 0.15e-3
 SMALL_KERNEL_S = 2.5e-6
