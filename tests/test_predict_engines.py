@@ -439,3 +439,22 @@ def test_a_served_tpot_past_the_kv_cache_is_the_admitted_batchs():
     n = m.kv_sequences(1024, 1024)
     assert m.served_tpot_s(100, 1024, 1024) == pytest.approx(m.served_tpot_s(n, 1024, 1024), rel=1e-12)
     assert m.served_tpot_s(n, 1024, 1024) > m.served_tpot_s(n // 2, 1024, 1024)
+
+
+def test_the_predicted_profile_records_the_served_tpot_and_its_interval(tmp_path):
+    spec = resolve_model("qwen2.5-7b").spec
+    pred = predict_analytic(spec, "h100", concurrency=(1, 64), prompt_len=1024, output_len=256)
+    path = tmp_path / "p.json"
+    pred.save(path)
+    from throughputlab.records.profile import Profile
+    again = Profile.load(path)
+    m = load_model(again)
+    for p in again.generation:
+        got = p.predicted
+        assert got.tpot_s == pytest.approx(m.served_tpot_s(p.concurrency, 1024, 256), rel=1e-9)
+        assert got.tpot_s >= got.decode_step_s * (1 - 1e-12)
+        lo, hi = got.tpot_s_interval
+        assert lo < got.tpot_s < hi
+    one, many = again.generation
+    assert one.predicted.tpot_s == pytest.approx(one.predicted.decode_step_s, rel=1e-9)
+    assert many.predicted.tpot_s > many.predicted.decode_step_s

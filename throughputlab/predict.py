@@ -104,9 +104,7 @@ def _comm(ds_key: str, layout: Layout, eff: Efficiencies) -> tuple[CommParams, s
 
 def fsdp_exposed(nodes: int, eff: Efficiencies) -> tuple[float, str]:
     """Exposed share of FSDP's traffic: the published one for the node count, else 1 - eff.fsdp_hidden."""
-    if eff.fsdp_hidden is not None:
-        return 1.0 - eff.fsdp_hidden, "as given"
-    return rf.fsdp_exposed_share(nodes)
+    return (1.0 - eff.fsdp_hidden, "as given") if eff.fsdp_hidden is not None else rf.fsdp_exposed_share(nodes)
 
 
 def train_mfu(device: str, dtype: str, eff: Efficiencies, costs: Optional[Costs] = None) -> tuple[float, str]:
@@ -211,8 +209,10 @@ def _predicted_points(model: ThroughputModel, concurrency, prompt_len, output_le
             total = float(rf.static_batch_s(tp, td, output_len, model.gen_overhead_s)) * c / a
             band = model.gen_spread.time(total, model.gen_spread.level) if model.gen_spread else None
             gen.append(GenPoint(backend="predicted", concurrency=c, prompt_len=prompt_len, output_len=output_len,
-                                status="ok", predicted=GenPrediction(total_s=total, prefill_s=tp, decode_step_s=td,
-                                                                     total_s_interval=band)))
+                                status="ok", predicted=GenPrediction(
+                                    total_s=total, prefill_s=tp, decode_step_s=td, total_s_interval=band,
+                                    tpot_s=model.served_tpot_s(c, prompt_len, output_len),
+                                    tpot_s_interval=model.served_tpot_s_interval(c, prompt_len, output_len))))
     if model.train is not None:
         max_b = model.max_micro_batch()
         t = model.train
@@ -249,8 +249,8 @@ def predict_from_profile(profile: Profile, *, concurrency: Sequence[int] = (), p
     out = Profile(kind="predicted", model=profile.model, hardware=profile.hardware, environment=_environment(),
                   settings=settings, engine=profile.engine, generation=gen, training=train, notes=notes)
     # the stored fit keeps its parameters and held-out errors; utilisation is of the predicted points
-    beyond = _beyond_measured(profile, gen_ok, train_ok, gen, train, prompt_len, output_len, seq_len)
-    beyond += _interval_lines(fit.model)
+    beyond = _beyond_measured(profile, gen_ok, train_ok, gen, train, prompt_len, output_len, seq_len) \
+        + _interval_lines(fit.model)
     out.fit = fit.model_copy(update={"utilisation": utilisation(out, fit.model.costs, fit.peaks),
                                      "assumptions": fit.assumptions + beyond}).model_dump(mode="json")
     return out

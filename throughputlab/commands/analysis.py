@@ -168,6 +168,10 @@ def predict(ctx: click.Context, spec_file: Optional[Path], set_items: tuple[str,
             output: Optional[Path], **flags) -> None:
     """Predict tokens/s where nothing was measured: from a fitted profile, or from a config and a datasheet.
 
+    The generation table gives per concurrency the sequences the engine runs at once, the decode step,
+    tpot_ms (a served run's time per output token, the other requests' prefills included: what vllm bench
+    serve calls TPOT), tokens/s with its 80% band, the prefill and the bound (memory, compute, admission).
+
     The settings are one tree (`--print-spec` shows it), built in this order, later winning: the
     defaults < --spec FILE < the flags below < --set KEY=VALUE.
 

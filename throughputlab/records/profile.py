@@ -107,6 +107,8 @@ class GenPrediction(Record):
     prefill_s: float
     decode_step_s: float
     total_s_interval: Optional[tuple[float, float]] = None  # at the model's spread level (throughputlab.spread)
+    tpot_s: Optional[float] = None  # a served run's time per output token (roofline.served_tpot_s); None before it
+    tpot_s_interval: Optional[tuple[float, float]] = None
 
 
 class TrainPrediction(Record):
