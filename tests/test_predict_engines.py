@@ -458,3 +458,10 @@ def test_the_predicted_profile_records_the_served_tpot_and_its_interval(tmp_path
     one, many = again.generation
     assert one.predicted.tpot_s == pytest.approx(one.predicted.decode_step_s, rel=1e-9)
     assert many.predicted.tpot_s > many.predicted.decode_step_s
+
+
+def test_a_served_tpot_where_the_engine_admits_nothing_is_infinite():
+    spec = resolve_model("llama3.1-70b").spec
+    m = load_model(predict_analytic(spec, "h100", dtype="fp8", concurrency=(1,)))  # one H100 at 0.9: no KV room
+    assert m.admitted(8, 512, 512) == 0 and math.isinf(m.served_tpot_s(8, 512, 512))
+    assert m.served_tpot_s_interval(8, 512, 512) is None or math.isinf(m.served_tpot_s_interval(8, 512, 512)[0])

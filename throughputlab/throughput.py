@@ -8,6 +8,7 @@ floats or numpy arrays. No torch, no scipy.
 
 from __future__ import annotations
 
+import math
 from typing import Literal, Optional, Union
 
 from throughputlab import roofline as rf
@@ -276,8 +277,10 @@ class ThroughputModel(Record):
         """Mean time between a request's tokens with c requests served at once (rf.served_tpot_s): the admitted
         requests' decode step, plus the other running slots' next prompts, each in its chunks of the engine's
         token budget, as steps of their own where the engine keeps prefill apart (``separate_prefill``), else as
-        what they add to the decode steps they ride in."""
+        what they add to the decode steps they ride in; infinite where the engine admits no request."""
         a = self.admitted(c, prompt_len, output_len)
+        if a < 1:
+            return math.inf
         s = float(rf.mean_context(prompt_len, output_len))
         dec = self.decode_step_s(a, s)
         e = self.engine
