@@ -261,3 +261,28 @@ def test_an_analytic_step_states_its_band_from_published_runs_of_its_framework(q
     text, d = _decide(q7_16xh100, "--config", str(NEMO / "grpo-qwen2.5-7b-2n8g-split.yaml"),
                       "--response-dist", "lognormal:mean=400,sigma=0.6,max=1024", tmp_path=tmp_path)
     assert "nemo-rl split runs" in d["step_spread"]["basis"] and "decide's default" not in text
+
+
+def test_a_recipe_that_rolls_out_on_sglang_prices_sglangs_engine(q7_16xh100, tmp_path):
+    """NeMo-RL's generation.backend (veRL's rollout.name) makes a predicted profile's engine the run's: the KV cache by
+    SGLang's rule (its pool in tokens, not vLLM's blocks), prefill in steps of its own. --set gives it back."""
+    from throughputlab.decide.cluster import ClusterSpec, Placement, generation_model
+    from throughputlab.decide.shape import EngineShape
+    from throughputlab.fit import load_model
+    from throughputlab.records.profile import Profile
+
+    cfg = str(DATA / "nemo" / "v0.7" / "grpo-sglang.yaml")
+    text, d = _decide(q7_16xh100, "--config", cfg, tmp_path=tmp_path)
+    assert "read: shape.engine.name = sglang" in text
+    assert "(blocks of 1); engine sglang (prefill in steps of its own" in text
+    back, _ = _decide(q7_16xh100, "--config", cfg, "--set", "shape.engine.name=vllm", tmp_path=tmp_path)
+    assert "(blocks of 16); engine vllm" in back and "steps of its own" not in back
+
+    model = load_model(Profile.load(q7_16xh100))
+    assert model.engine.name == "vllm" and not model.separate_prefill
+    pl, cl = Placement(kind="colocated", gpus=8, gen_gpus=8, train_gpus=8, tp=2), ClusterSpec(gpu_memory_utilization=0.7)
+    sg = generation_model(model, pl, cl, EngineShape(name="sglang"))
+    vl = generation_model(model, pl, cl, EngineShape())
+    assert sg.engine.name == "sglang" and sg.separate_prefill and sg.engine.block_tokens == 1
+    assert sg.engine.version is None and sg.kv_cache_tokens != vl.kv_cache_tokens
+    assert "SGLang" in sg.engine.kv_rule and "vLLM" in vl.engine.kv_rule

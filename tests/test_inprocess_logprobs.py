@@ -139,6 +139,14 @@ def test_a_measured_engine_keeps_its_host_time_and_says_why(caplog):
     with caplog.at_level("WARNING"):
         same = generation_model(model, pl, ClusterSpec(), EngineShape(distributed_executor_backend="ray"))
     assert same.decode == model.decode and "not applied to a measured engine" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):  # a run on SGLang over a measured vLLM engine: priced as measured, and said
+        same = generation_model(model, pl, ClusterSpec(), EngineShape(name="sglang"))
+    assert same.decode == model.decode and not same.separate_prefill and "engine.name" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        generation_model(model, pl, ClusterSpec(), EngineShape(name="vllm"))
+    assert "not applied" not in caplog.text
 
 
 # ---------------------------------------------------------------- the ray executor

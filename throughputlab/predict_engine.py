@@ -209,6 +209,20 @@ def size_kv(settings: rf.EngineSettings, costs: rf.Costs, tp: int, device_bytes:
     return settings.model_copy(update=update), tokens
 
 
+def as_engine(settings: rf.EngineSettings, name: Optional[str]) -> rf.EngineSettings:
+    """``settings`` as engine ``name`` would run them (an RL run's rollout engine over a predicted profile's): its
+    KV blocks, its KV rule and prefill scheduling (which follow the name), the other engine's version, scheduler
+    and executor dropped; the same settings where ``name`` is None or the engine's own."""
+    if name is None or name == settings.name:
+        return settings
+    if name not in ENGINES:
+        raise UserError(f"engine {name!r} is not one predict knows: use one of {', '.join(ENGINES)}")
+    seqs = {"sglang": 0, "trtllm": 2048}.get(name, settings.max_num_seqs or 1024)  # resolve()'s defaults (0: the pool's)
+    return settings.model_copy(update={"name": name, "block_tokens": rf.BLOCK_TOKENS[name], "max_num_seqs": seqs,
+                                       "version": None, "async_scheduling": None, "executor": None,
+                                       "scheduler_steps": 1})
+
+
 def t_seq_s(s: rf.EngineSettings, tp: int = 1) -> float:
     """The host time per running sequence of the engine's decode step (rf.sync_host_per_seq_s)."""
     return rf.sync_host_per_seq_s(s.name, s.version, s.async_scheduling, s.scheduler_steps, tp, s.logprobs, s.executor)

@@ -297,10 +297,13 @@ def decide(spec: DecideSpec, model: ThroughputModel, train_model: Optional[Throu
                       activation_per_sequence=activation_per_sequence, on_gpu=on_gpu, device=device)
     lay = steps.layout
     placed = None if placement is None else placement.labelled(_trainer_name(spec.shape.train))
+    gen = steps.model
+    engine = "" if gen.engine is None or gen.source == "fit" else f"; engine {gen.engine.name}" + (
+        " (prefill in steps of its own, the decodes waiting)" if gen.separate_prefill else "")
     notes = [overlap_note("off-policy" if placement is not None and placement.kind == "split"
                           and spec.shape.overlap != "separate" else spec.shape.overlap),
              f"response lengths: {steps.dist.describe()}",
-             f"engine limits{' (each engine)' if placement is not None else ''}: {steps.caps.describe()}"]
+             f"engine limits{' (each engine)' if placement is not None else ''}: {steps.caps.describe()}{engine}"]
     if placement is not None:
         notes.insert(0, f"placement: {placed}; each engine drains its share of the batch (whole prompts), "
                         "the step waits for the slowest")

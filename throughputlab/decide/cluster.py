@@ -1,14 +1,12 @@
 """The cluster and its placements: which devices generate, which train, and the engines.
 
-``colocated`` (veRL's hybrid engine): every device generates, in ``gpus / tp`` engines, then every
-device trains with FSDP; the weights are resharded into the engines and the engines sleep and
-wake around training. ``split``: ``gen_gpus`` devices generate while the others train (one step
-off-policy by default). ``search``: every placement and engine size that fits.
+``colocated`` (veRL's hybrid engine): every device generates, in ``gpus / tp`` engines, then every device trains
+with FSDP, the weights resharded into the engines, which sleep and wake around training. ``split``: ``gen_gpus``
+devices generate while the others train (one step off). ``search``: every placement and engine size that fits.
 
-A placement turns the profile's throughput model into a generation model (engines of ``tp``
-devices, KV cache at the run's ``gpu_memory_utilization``) and a training model (FSDP over the
-training devices, activation checkpointing when set); every cost still comes from the roofline
-module through the model's methods.
+A placement turns the profile's throughput model into a generation model (engines of ``tp`` devices, KV cache at
+the run's ``gpu_memory_utilization``, the run's rollout engine) and a training model (FSDP over the training
+devices, activation checkpointing when set); every cost still comes from the roofline module.
 """
 
 from __future__ import annotations
@@ -229,9 +227,10 @@ def generation_model(model: ThroughputModel, pl: Placement, spec: ClusterSpec, e
             update.update(_engine_update(model, pl.tp, util, mem, engine))
         elif mem is not None:
             update["kv_cache_tokens"] = rf.kv_cache_tokens(rf.tp_shard(model.costs, pl.tp), mem, util)
-    elif {getattr(engine, k, None) for k in ("in_process_logprobs", "distributed_executor_backend")} - {None, "off"}:
-        log.warning("engine.in_process_logprobs and engine.distributed_executor_backend are not applied to a measured "
-                    "engine: its host time per sequence stands as measured")
+    elif {getattr(engine, k, None) for k in ("in_process_logprobs", "distributed_executor_backend", "name")} - {
+            None, "off", "vllm"}:
+        log.warning("engine.name, engine.in_process_logprobs and engine.distributed_executor_backend are not applied to "
+                    "a measured engine: it stands as measured (its engine, its host time per sequence)")
     if model.source == "fit" and eager is not None:
         raise UserError("engine.enforce_eager (--enforce-eager) sets a predicted engine's fixed cost per step; this "
                         "profile's engine was measured as it ran: measure it again with --engine-arg "
@@ -255,13 +254,14 @@ def kv_tokens_from_gib(model: ThroughputModel, tp: int, gib: float) -> int:
 def _engine_update(model: ThroughputModel, tp: int, util: float, mem, engine) -> dict:
     """A predicted engine at the run's memory share and settings: its KV cache by the engine's rule
     (predict_engine.size_kv, the rule predict uses) and its caps, eager mode among them."""
-    from throughputlab.predict_engine import size_kv, t_seq_s
+    from throughputlab.predict_engine import as_engine, size_kv, t_seq_s
 
     old = model.engine
     names = {k: k for k in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "kv_cache_gib", "enforce_eager")}
     given = {k: getattr(engine, v, None) for k, v in {**names, "logprobs": "in_process_logprobs",
                                                       "executor": "distributed_executor_backend"}.items()}
-    settings = old.model_copy(update={"memory_fraction": util, **{k: v for k, v in given.items() if v is not None}})
+    settings = as_engine(old, getattr(engine, "name", None)).model_copy(
+        update={"memory_fraction": util, **{k: v for k, v in given.items() if v is not None}})
     settings, tokens = size_kv(settings, model.costs, tp, mem)
     # eager mode: the settings carry it (the step is max(host launches, device time), roofline.eager_step_s). The
     # host time per running sequence, priced at the profile's TP, log-probs and executor, moves with the engines'.

@@ -99,6 +99,11 @@ class SyncShape(_Spec):
 class EngineShape(_Spec):
     """Overrides of the engine's settings recorded in the profile (the flags of `predict`'s engine)."""
 
+    name: Optional[Literal["vllm", "sglang", "trtllm"]] = Field(None, description=(
+        "The rollout engine (veRL rollout.name, NeMo-RL generation.backend): a predicted profile's engine becomes "
+        "it, with its KV rule, its prefill scheduling (SGLang: steps of their own) and its defaults. A predicted "
+        "profile's engine only."))
+
     max_num_seqs: Optional[int] = Field(None, gt=0, description=(  # None: 1024, veRL's rollout default
         "Sequences an engine runs at once (rollout.max_num_seqs)."))
     kv_cache_tokens: Optional[int] = Field(None, gt=0)
