@@ -277,6 +277,13 @@ def test_a_recipe_that_rolls_out_on_sglang_prices_sglangs_engine(q7_16xh100, tmp
     assert "(blocks of 1); engine sglang (prefill in steps of its own" in text
     back, _ = _decide(q7_16xh100, "--config", cfg, "--set", "shape.engine.name=vllm", tmp_path=tmp_path)
     assert "(blocks of 16); engine vllm" in back and "steps of its own" not in back
+    # without max_running_requests, SGLang's own cap: from its pool, 2,048 to 4,096 requests
+    uncapped = tmp_path / "grpo-sglang-uncapped.yaml"
+    uncapped.write_text(Path(cfg).read_text().replace("      max_running_requests: 128\n", ""))
+    (tmp_path / "grpo_base.yaml").write_text((Path(cfg).parent / "grpo_base.yaml").read_text())  # its defaults
+    text, _ = _decide(q7_16xh100, "--config", str(uncapped), tmp_path=tmp_path)
+    seqs = int(text.split("engine limits (each engine): ")[1].split(" sequences")[0])
+    assert "shape.engine.max_num_seqs" not in text and 2048 <= seqs <= 4096
 
     model = load_model(Profile.load(q7_16xh100))
     assert model.engine.name == "vllm" and not model.separate_prefill

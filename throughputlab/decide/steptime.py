@@ -146,8 +146,11 @@ class StepModel:
                                        block_size=e.block_size or 16)
         if placement is not None and e.kv_cache_tokens is None:
             self.caps = self.caps.model_copy(update={"kv_cache_tokens": model.kv_cache_tokens})
-        if placement is not None and e.block_size is None and model.engine is not None and model.source != "fit":
-            self.caps = self.caps.model_copy(update={"block_size": model.engine.block_tokens})  # the run's engine
+        if placement is not None and model.engine is not None and model.source != "fit":  # the run's engine's
+            update = {} if e.block_size is not None else {"block_size": model.engine.block_tokens}
+            if e.max_num_seqs is None and model.engine.name == "sglang":
+                update["max_num_seqs"] = model.max_num_seqs  # SGLang's own request cap, from its KV pool
+            self.caps = self.caps.model_copy(update=update)
         tr = shape.train
         for name, v in (("train.epochs", tr.epochs), ("train.mini_batches", tr.mini_batches),
                         ("train.mini_batch_samples", 1 if tr.mini_batch_samples is None else tr.mini_batch_samples)):
