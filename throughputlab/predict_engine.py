@@ -14,6 +14,9 @@ from throughputlab.models.spec import ModelSpec, parse_rope_scaling
 from throughputlab.records.machine import DatasheetPeak
 
 ENGINES = ("vllm", "sglang", "trtllm")
+# Requests an engine runs at once when not told (0: SGLang sizes it from its KV pool, size_kv); vLLM's depends on the
+# device and version (resolve).
+DEFAULT_MAX_NUM_SEQS = {"sglang": 0, "trtllm": 2048}
 KV_DTYPES = ("auto", "fp8")
 GIB = rf.GIB
 
@@ -170,9 +173,10 @@ def resolve(opts: EngineOptions, spec: ModelSpec, ds: DatasheetPeak, tp: int, pr
         seqs = opts.max_num_seqs or min(seqs, tokens)
     elif name == "sglang":
         frac = 0.88 if tp < 2 else 0.87 if tp < 4 else 0.85 if tp < 8 else 0.81 if tp < 16 else 0.79
-        seqs, tokens = opts.max_num_seqs or 0, opts.max_num_batched_tokens or (2048 if mem < 25e9 else 8192)
+        seqs = opts.max_num_seqs or DEFAULT_MAX_NUM_SEQS[name]
+        tokens = opts.max_num_batched_tokens or (2048 if mem < 25e9 else 8192)
     else:
-        frac, seqs, tokens = 0.9, opts.max_num_seqs or 2048, opts.max_num_batched_tokens or 8192
+        frac, seqs, tokens = 0.9, opts.max_num_seqs or DEFAULT_MAX_NUM_SEQS[name], opts.max_num_batched_tokens or 8192
     if opts.gpu_memory_utilization is not None:
         frac = opts.gpu_memory_utilization
     return rf.EngineSettings(name=name, memory_fraction=frac, max_num_seqs=seqs, max_num_batched_tokens=tokens,
@@ -217,7 +221,7 @@ def as_engine(settings: rf.EngineSettings, name: Optional[str]) -> rf.EngineSett
         return settings
     if name not in ENGINES:
         raise UserError(f"engine {name!r} is not one predict knows: use one of {', '.join(ENGINES)}")
-    seqs = {"sglang": 0, "trtllm": 2048}.get(name, settings.max_num_seqs or 1024)  # resolve()'s defaults (0: the pool's)
+    seqs = DEFAULT_MAX_NUM_SEQS.get(name, settings.max_num_seqs or 1024)
     return settings.model_copy(update={"name": name, "block_tokens": rf.BLOCK_TOKENS[name], "max_num_seqs": seqs,
                                        "version": None, "async_scheduling": None, "executor": None,
                                        "scheduler_steps": 1})

@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 from throughputlab import roofline as rf
 from throughputlab.decide.lengths import CAPPED_SIGMA
+from throughputlab.predict_engine import ENGINES
 from throughputlab.rlconfig import RunConfig
 from throughputlab.rlconfig.timers import timer_lines
 from throughputlab.roofline import rl as rf_rl
@@ -102,7 +103,7 @@ def decide_data(rc: RunConfig) -> tuple[dict[str, Any], list[str], list[str]]:
     put("shape.engine.max_num_batched_tokens", rc.max_num_batched_tokens, "the engines' token budget per step")
     put("shape.engine.enforce_eager", rc.enforce_eager, "engines without CUDA graphs")
     put("shape.engine.in_process_logprobs", *in_process_logprobs(rc))
-    put("shape.engine.name", rc.rollout_engine if rc.rollout_engine in ("vllm", "sglang", "trtllm") else None,
+    put("shape.engine.name", rc.rollout_engine if rc.rollout_engine in ENGINES else None,
         "the rollout engine: a predicted profile's engine becomes it (its KV rule, its scheduling of prefill)")
     if rc.framework in ("nemo-rl", "openrlhf") and rc.rollout_engine in (None, "vllm") and (rc.rollout_tp or 1) > 1:
         who = "NeMo-RL" if rc.framework == "nemo-rl" else "OpenRLHF"
