@@ -32,6 +32,31 @@ def test_tensor_parallel_shards_weights_and_kv_and_adds_two_all_reduces_per_laye
     assert comm == pytest.approx(2 * 80 * (10e-6 + 4 * 8192 * 2 * 2 * 1 / 2 / 360e9))
 
 
+def test_small_kernels_move_the_hidden_width_on_every_rank_of_a_tensor_parallel_group():
+    costs = Costs.from_spec(resolve_model("llama3.1-70b").spec, 1)  # FP8 weights, 16-bit activations
+    h, inter = 8192, 28672
+    assert rf.decode_elementwise_bytes(costs, 1) == pytest.approx(2 * (8 * h + 2 * h + 3 * inter))
+    eight = rf.decode_elementwise_bytes(costs, 8)
+    assert eight == pytest.approx(2 * (8 * h + (2 * h + 3 * inter) / 8))
+    assert eight > 0.45 * rf.decode_elementwise_bytes(costs, 1)  # the norms' share is not divided by TP
+    # layers x tokens x bytes / BW, linear in the tokens
+    assert rf.decode_elementwise_s(costs, 1516, 8, 2.68e12) == pytest.approx(80 * 1516 * eight / 2.68e12)
+    moe = Costs.from_spec(resolve_model("qwen3-30b-a3b").spec, 2)  # 48 MoE layers of 48, top 8, hidden 2048
+    assert rf.decode_elementwise_bytes(moe, 1) == pytest.approx(
+        2 * (8 * 2048 + 2 * 2048 + 3 * moe.mlp_width + (8 + 1) * 2048))
+
+
+def test_predicted_decode_steps_hold_the_small_kernels_and_fitted_ones_do_not():
+    spec = resolve_model("llama3.1-70b").spec
+    model = load_model(predict_analytic(spec, "h100", dtype="fp8", concurrency=(1,), layout=Layout(gpus=8, tp=8)))
+    c, s = 1024, 1152.0
+    small = 80 * c * rf.decode_elementwise_bytes(model.costs, 8) / model.decode.bw_bytes_per_s
+    fitted = model.model_copy(update={"source": "fit"})
+    assert model.decode_step_s(c, s) - fitted.decode_step_s(c, s) == pytest.approx(small)
+    assert model.mixed_step_s(c, c * s, 0.0, 0.0) - fitted.mixed_step_s(c, c * s, 0.0, 0.0) == pytest.approx(small)
+    assert 0.05 < small / model.decode_step_s(c, s) < 0.2
+
+
 def test_fsdp_traffic_and_memory_per_rank_by_hand():
     costs = Costs.from_spec(resolve_model("qwen2.5-7b").spec, 2)
     n, bw, alpha = 8, 300e9, 20e-6
@@ -51,7 +76,8 @@ def test_predicted_tp2_engine_reads_half_the_weights_per_device():
     shard = rf.tp_shard(two.costs, 2)
     c = two.comm  # the small-tensor regime of the all-reduce (custom all-reduce) applies at one sequence
     expected = d.t0_s + rf.decode_bytes(shard, 1, s) / d.bw_bytes_per_s + rf.tp_comm_s(
-        two.costs, 1, 2, c.tp_busbw_bytes_per_s, c.tp_alpha_s, c.tp_small_alpha_s, c.tp_small_busbw_bytes_per_s)
+        two.costs, 1, 2, c.tp_busbw_bytes_per_s, c.tp_alpha_s, c.tp_small_alpha_s, c.tp_small_busbw_bytes_per_s) \
+        + 80 * rf.decode_elementwise_bytes(two.costs, 2) / d.bw_bytes_per_s
     assert two.decode_step_s(1, s) == pytest.approx(expected)
     assert 1.6 < one.decode_step_s(1, s) / two.decode_step_s(1, s) < 2.0  # about 2x, less the all-reduces
     assert two.kv_cache_tokens > 2 * one.kv_cache_tokens  # the weights take half of each device

@@ -140,6 +140,13 @@ class ThroughputModel(Record):
         return rf.tp_comm_s(self.costs, tokens, self.tp, c.tp_busbw_bytes_per_s, c.tp_alpha_s, c.tp_small_alpha_s,
                             c.tp_small_busbw_bytes_per_s)
 
+    def _elementwise(self, tokens):
+        """The decode tokens' small kernels beyond their floor (rf.decode_elementwise_s); a fitted model's measured
+        steps hold them already."""
+        if self.source == "fit" or self.decode is None:
+            return 0.0
+        return rf.decode_elementwise_s(self.costs, tokens, self.tp, self.decode.bw_bytes_per_s)
+
     def _fsdp_comm(self, backward: bool = True) -> float:
         if self.train_devices <= 1 or self.comm is None:
             return 0.0
@@ -195,7 +202,7 @@ class ThroughputModel(Record):
         d = self.require("decode")
         return rf.eager_step_s(rf.decode_step_s(c, s, self.device_costs, d.t0_s, d.bw_bytes_per_s, d.phi_flops_per_s,
                                                 d.smooth_p, d.t_seq_s, d.bw_attn_bytes_per_s, d.bw_mem_bytes_per_s)
-                               + self._tp_comm(c), self._host_s(c))
+                               + self._tp_comm(c) + self._elementwise(c), self._host_s(c))
 
     def attention_share(self, c, s):
         """The attention's share of the decode step: its own kernel's time (per-kernel form), or in
@@ -238,7 +245,8 @@ class ThroughputModel(Record):
         d = self.require("decode")
         step = rf.mixed_step_s(self.device_costs, dec, ctx, q1, q2, d.t0_s, d.bw_bytes_per_s, d.phi_flops_per_s,
                                self.prefill_rates().phi_flops_per_s, d.smooth_p, d.t_seq_s,
-                               d.bw_attn_bytes_per_s, d.bw_mem_bytes_per_s) + self._tp_comm(dec + q1)
+                               d.bw_attn_bytes_per_s, d.bw_mem_bytes_per_s) + self._tp_comm(dec + q1) \
+            + self._elementwise(dec)
         return rf.eager_step_s(step, self._host_s(dec))
 
     def generation_tokens_per_s(self, c, prompt_len, output_len):

@@ -100,6 +100,40 @@ def tp_comm_s(costs: Costs, tokens, tp: int, busbw: float, alpha_s: float, small
     return _out(2 * costs.num_layers * tp_allreduce_s(m, tp, busbw, alpha_s, small_alpha_s, small_busbw))
 
 
+# A decode step's small kernels move each token's activations through memory, and under tensor parallelism the
+# hidden-width ones are not sharded: every rank runs the residual stream's norms on the whole hidden vector. Per
+# token and layer, in 16-bit values (vLLM's and SGLang's Llama layer; the GEMMs' own inputs and outputs left out,
+# under their compute at the batches where this matters): two fused residual-add RMSNorms, each reading the input
+# and the residual and writing both, 8h, on every rank; the rotary embedding, reading and writing q and k, ~2h/TP;
+# the gated activation, reading gate and up and writing their product, 3I/TP; an MoE layer's weighted sum of its
+# routed outputs (vLLM's moe_sum under tensor-parallel experts), reading top-k rows of h and writing one, (top-k + 1)h
+# on every rank. A kernel costs its floor (LAYER_KERNELS_S holds five a layer) plus its bytes' time at the decode
+# bandwidth (vLLM's RMSNorm microbenchmark, PR #27931, B200, hidden 4,096: ~8 us plus ~6 ns a token, linear). Llama-3.1-70B
+# at TP 8 with 1,516 sequences: 157 KB a token and layer, 7 ms of a ~75 ms step; Llama-3.1-8B at batch 128: 0.26 ms of 11.
+ELEMENTWISE_HIDDEN_PASSES = 8
+ELEMENTWISE_SHARDED_HIDDEN_PASSES = 2
+ELEMENTWISE_MLP_PASSES = 3
+
+
+def decode_elementwise_bytes(costs: Costs, tp: int = 1) -> float:
+    """Bytes one token's small kernels (norms, rotary, gated activation, MoE's routed outputs) move per layer on
+    one device of a TP group (ELEMENTWISE_*_PASSES; 0 without the model's widths)."""
+    if not costs.hidden_size or not costs.num_layers:
+        return 0.0
+    h, tp = float(costs.hidden_size), max(tp, 1)
+    values = ELEMENTWISE_HIDDEN_PASSES * h + (ELEMENTWISE_SHARDED_HIDDEN_PASSES * h
+                                              + ELEMENTWISE_MLP_PASSES * (costs.mlp_width or 0.0)) / tp
+    if costs.moe_layers:
+        values += costs.moe_layers / costs.num_layers * ((costs.moe_top_k or 1) + 1) * h
+    return values * max(ACTIVATION_BYTES, costs.bytes_per_param)
+
+
+def decode_elementwise_s(costs: Costs, tokens, tp: int, bw: float):
+    """The time a decode step's small kernels take beyond their floor (which the step's fixed cost holds):
+    layers x tokens x :func:`decode_elementwise_bytes` / BW."""
+    return _out((costs.num_layers or 0) * np.asarray(tokens, dtype=float) * decode_elementwise_bytes(costs, tp) / bw)
+
+
 def fsdp_comm_s(costs: Costs, n: int, busbw: float, alpha_s: float = 0.0, reduce_bytes_per_param: int = 4,
                 backward: bool = True) -> float:
     """FSDP's traffic per micro-step and rank: parameters all-gathered in the forward and again in
