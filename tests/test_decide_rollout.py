@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from throughputlab import roofline as rf
 from throughputlab.decide.lengths import LengthDist, parse_length_dist, read_lengths_file
 from throughputlab.decide.rollout import EngineCaps, predict_rollout, simulate_rollout
 from throughputlab.errors import UserError
@@ -83,7 +84,8 @@ def reference(m: ThroughputModel, lengths, p: int, cap: int) -> float:
             mem = (c.weight_bytes + ctx * c.kv_bytes_per_token) / d.bw_bytes_per_s
             comp = (dec * c.flops_per_token + ctx * c.attn_flops_per_ctx_token) / d.phi_flops_per_s
             comp += len(new) * p * (c.flops_per_token + p * c.attn_flops_per_ctx_token / 2) / d.phi_flops_per_s
-            total += d.t0_s + dec * d.t_seq_s + max(mem, comp)
+            small = dec * c.num_layers * rf.decode_elementwise_bytes(c) / d.bw_bytes_per_s  # the small kernels' bytes
+            total += d.t0_s + dec * d.t_seq_s + max(mem, comp) + small
         for a in active:
             a[0] += 1
             a[1] -= 1

@@ -60,7 +60,8 @@ def test_the_cuda_graph_path_is_unchanged():
     assert graphs.decode.t0_s == pytest.approx(rf.GRAPH_STEP_S + spec.num_layers * per_layer)
     d = graphs.decode
     direct = rf.decode_step_s(8, 1000, graphs.device_costs, d.t0_s, d.bw_bytes_per_s, d.phi_flops_per_s, d.smooth_p,
-                              d.t_seq_s, d.bw_attn_bytes_per_s, d.bw_mem_bytes_per_s)
+                              d.t_seq_s, d.bw_attn_bytes_per_s, d.bw_mem_bytes_per_s) \
+        + rf.decode_elementwise_s(graphs.costs, 8, 1, d.bw_bytes_per_s)  # the small kernels' bytes (analytic)
     assert graphs.decode_step_s(8, 1000) == pytest.approx(direct)
 
 
