@@ -55,6 +55,13 @@ def test_predicted_decode_steps_hold_the_small_kernels_and_fitted_ones_do_not():
     assert model.decode_step_s(c, s) - fitted.decode_step_s(c, s) == pytest.approx(small)
     assert model.mixed_step_s(c, c * s, 0.0, 0.0) - fitted.mixed_step_s(c, c * s, 0.0, 0.0) == pytest.approx(small)
     assert 0.05 < small / model.decode_step_s(c, s) < 0.2
+    # calibrated rates hold one device's small kernels: a TP group adds only what its ranks repeat
+    calibrated = model.model_copy(update={"source": "calibrated"})
+    repeated = small - 80 * c * rf.decode_elementwise_bytes(model.costs, 1) / 8 / model.decode.bw_bytes_per_s
+    assert calibrated.decode_step_s(c, s) - fitted.decode_step_s(c, s) == pytest.approx(repeated)
+    assert 0 < repeated < small
+    one = model.model_copy(update={"source": "calibrated", "tp": 1})
+    assert one.decode_step_s(c, s) == pytest.approx(one.model_copy(update={"source": "fit"}).decode_step_s(c, s))
 
 
 def test_fsdp_traffic_and_memory_per_rank_by_hand():

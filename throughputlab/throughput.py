@@ -141,11 +141,16 @@ class ThroughputModel(Record):
                             c.tp_small_busbw_bytes_per_s)
 
     def _elementwise(self, tokens):
-        """The decode tokens' small kernels beyond their floor (rf.decode_elementwise_s); a fitted model's measured
-        steps hold them already."""
+        """The decode tokens' small kernels beyond their floor (rf.decode_elementwise_s). A fitted model's measured
+        steps hold them already; a calibrated one's rates hold one device's, so it adds what a TP group's ranks
+        move beyond a 1/TP share of them (the hidden-width passes every rank repeats)."""
         if self.source == "fit" or self.decode is None:
             return 0.0
-        return rf.decode_elementwise_s(self.costs, tokens, self.tp, self.decode.bw_bytes_per_s)
+        bw = self.decode.bw_bytes_per_s
+        out = rf.decode_elementwise_s(self.costs, tokens, self.tp, bw)
+        if self.source == "calibrated":
+            out = out - rf.decode_elementwise_s(self.costs, tokens, 1, bw) / max(self.tp, 1)
+        return out
 
     def _fsdp_comm(self, backward: bool = True) -> float:
         if self.train_devices <= 1 or self.comm is None:
