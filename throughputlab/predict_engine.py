@@ -272,9 +272,16 @@ def engine_lines(settings: rf.EngineSettings, kv_tokens: Optional[int], kv_seqs:
                         f"--gpu-memory-utilization, lower --max-num-seqs or --max-num-batched-tokens, which size the "
                         f"profile run's activations, or use more devices per engine, --tp, or a smaller dtype); "
                         f"rule: {s.kv_rule}"]
+    if s.name in rf.OPTIMISTIC_ADMISSION_ENGINES:
+        how = (f"floor of tokens over prompt + {rf.OPTIMISTIC_OUTPUT_SHARE:g} x output, "
+               f"{prompt_len + rf.optimistic_output_tokens(output_len)}, rounded up to whole blocks: {s.name} admits a "
+               f"request when its prompt fits and makes room later, so its cache holds requests at every stage of "
+               f"their lives, the older ones more often (roofline.memory.OPTIMISTIC_OUTPUT_SHARE)")
+    else:
+        how = (f"floor of tokens over prompt + output, {prompt_len + output_len}, rounded up to whole blocks: "
+               f"admitted only with room for the whole request")
     lines.append(f"KV cache: {kv_tokens:,} tokens, {gib:.2f} GiB per GPU, {kv_seqs:,} sequences of prompt {prompt_len} + "
-                 f"output {output_len} (floor of tokens over {prompt_len + output_len} rounded up to whole blocks); "
-                 f"rule: {s.kv_rule}")
+                 f"output {output_len} ({how}); rule: {s.kv_rule}")
     if s.name == "vllm" and s.max_model_len and kv_tokens < s.max_model_len:
         lines.append(f"caution: vLLM refuses to start when one max_model_len sequence ({s.max_model_len:,} tokens) does "
                      f"not fit its KV cache ({kv_tokens:,} tokens): run it with --max-model-len {kv_tokens} or less")

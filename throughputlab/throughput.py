@@ -263,9 +263,12 @@ class ThroughputModel(Record):
 
     # ---- admission (an engine runs at most min(concurrency, KV-cache sequences, max_num_seqs))
     def kv_sequences(self, prompt_len: int, output_len: int) -> Optional[int]:
-        """Sequences of prompt + output tokens the KV cache holds to completion; None: capacity unknown."""
+        """Requests of prompt + output tokens the engine runs at once from its KV cache, by its admission rule
+        (rf.kv_sequences: optimistic for vLLM and SGLang); None: capacity unknown."""
         block = self.engine.block_tokens if self.engine else rf.BLOCK_TOKENS["vllm"]
-        return rf.kv_sequences(self.kv_cache_tokens, prompt_len, output_len, block)
+        name = self.engine.name if self.engine else "vllm"
+        return rf.kv_sequences(self.kv_cache_tokens, prompt_len, output_len, block,
+                               optimistic=name in rf.OPTIMISTIC_ADMISSION_ENGINES)
 
     def admitted(self, c: int, prompt_len: int, output_len: int) -> int:
         return rf.admitted(c, self.kv_sequences(prompt_len, output_len), self.max_num_seqs)

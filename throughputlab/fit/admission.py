@@ -52,16 +52,17 @@ def recorded(profile: Profile, points: list[GenPoint]) -> Optional[Admission]:
     if e is None or (e.kv_cache_tokens is None and e.max_num_seqs is None):
         return None
     block = int(e.engine_args.get("block_size") or rf.BLOCK_TOKENS["vllm"])
+    optimistic = e.name in rf.OPTIMISTIC_ADMISSION_ENGINES
 
     def admitted(c: int, p: int, o: int) -> int:
-        return rf.admitted(c, rf.kv_sequences(e.kv_cache_tokens, p, o, block), e.max_num_seqs)
+        return rf.admitted(c, rf.kv_sequences(e.kv_cache_tokens, p, o, block, optimistic), e.max_num_seqs)
 
     held = [q for q in points if admitted(q.concurrency, q.prompt_len, q.output_len) < q.concurrency]
     if not held:
         return None
     q = max(held, key=lambda x: x.prompt_len + x.output_len)
     limit = admitted(10**9, q.prompt_len, q.output_len)
-    bound = rf.admission_bound(10**9, rf.kv_sequences(e.kv_cache_tokens, q.prompt_len, q.output_len, block),
+    bound = rf.admission_bound(10**9, rf.kv_sequences(e.kv_cache_tokens, q.prompt_len, q.output_len, block, optimistic),
                                e.max_num_seqs) or "KV cache"
     bound = bound.removeprefix("admission: ")
     kv = f"a KV cache of {e.kv_cache_tokens:,} tokens" if e.kv_cache_tokens else "no KV figure"

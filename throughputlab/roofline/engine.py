@@ -8,7 +8,6 @@ seconds. KV capacities are per engine in tokens (every device of a TP engine hol
 
 from __future__ import annotations
 
-import math
 from typing import Literal, Optional
 
 import numpy as np
@@ -246,37 +245,6 @@ def kv_tokens_from_bytes(kv_bytes: float, kv_bytes_per_token: float, block_token
 
 
 # ---------------------------------------------------------------- admission
-
-
-def sequence_footprint_tokens(prompt_len: int, output_len: int, block_tokens: int = 1) -> int:
-    """KV tokens a sequence holds when it finishes, prompt + output, rounded up to whole blocks."""
-    return math.ceil((prompt_len + output_len) / block_tokens) * block_tokens
-
-
-def kv_sequences(kv_tokens: Optional[int], prompt_len: int, output_len: int, block_tokens: int = 1) -> Optional[int]:
-    """Sequences the KV cache holds to completion: floor(KV tokens / footprint) (never rounded up).
-    The footprint is prompt + output, not the steady-state mean prompt + output/2: a burst starts its
-    sequences together, so they reach prompt + output together, and vLLM preempts the newest (and
-    recomputes it later) when they outgrow the cache; TensorRT-LLM's GUARANTEED_NO_EVICT scheduler
-    admits a request only with room for prompt + max_tokens."""
-    if kv_tokens is None:
-        return None
-    return kv_tokens // sequence_footprint_tokens(prompt_len, output_len, block_tokens)
-
-
-def admitted(concurrency: int, kv_seqs: Optional[int], max_num_seqs: Optional[int]) -> int:
-    """Sequences an engine runs at once: min(concurrency, KV-cache sequences, max_num_seqs); the rest queue."""
-    caps = [x for x in (kv_seqs, max_num_seqs) if x is not None]
-    return min([concurrency, *caps])
-
-
-def admission_bound(concurrency: int, kv_seqs: Optional[int], max_num_seqs: Optional[int]) -> Optional[str]:
-    """Which cap holds ``concurrency`` back ("admission: KV cache" or "admission: max_num_seqs"); None: none."""
-    if admitted(concurrency, kv_seqs, max_num_seqs) >= concurrency:
-        return None
-    if kv_seqs is not None and (max_num_seqs is None or kv_seqs <= max_num_seqs):
-        return "admission: KV cache"
-    return "admission: max_num_seqs"
 
 
 # ---------------------------------------------------------------- fixed costs of a decode step

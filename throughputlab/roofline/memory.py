@@ -79,3 +79,53 @@ def activation_bytes_per_sequence(spec: ModelSpec, seq_len: int, bytes_per_param
     if checkpointing_mode(checkpointing) == "full":
         return spec.num_layers * seq_len * spec.hidden_size * bytes_per_param + block + logits
     return spec.num_layers * block + logits
+
+
+# ---------------------------------------------------------------- admission: requests an engine runs at once
+# Engines that admit a request as soon as its prompt fits and make room later: vLLM allocates a waiting request's
+# prompt blocks only and preempts the newest running request (recomputed later) when the running ones outgrow the
+# cache; SGLang reserves a decaying share (new_token_ratio) of the remaining output and retracts. TensorRT-LLM's
+# default GUARANTEED_NO_EVICT scheduler admits a request only with room for prompt + max_tokens. An optimistic cache
+# stays full of requests at every stage of their lives; with the newest preempted first, the survivors are the older
+# ones, so the mean request holds prompt + 0.6 x output, not prompt + output / 2: benchmarks/kv_admission.py on vLLM
+# 0.32 (CPU engine, a 4,096-token cache in blocks of 32, requests submitted at once; reports/cpu-amd-epyc-2026-12-06)
+# ran 12.1, 9.8 and 5.9 requests at once (means over the run's middle half) for 32 + 480, 256 + 256 and 16 + 1,008
+# tokens, where reserving the whole request gives 8, 8 and 4, the output's half 14, 10 and 7, and 0.6 of it 12, 9, 6.
+OPTIMISTIC_ADMISSION_ENGINES = ("vllm", "sglang")
+OPTIMISTIC_OUTPUT_SHARE = 0.6
+
+
+def sequence_footprint_tokens(prompt_len: int, output_len: int, block_tokens: int = 1) -> int:
+    """KV tokens a sequence holds when it finishes, prompt + output, rounded up to whole blocks."""
+    return math.ceil((prompt_len + output_len) / block_tokens) * block_tokens
+
+
+def kv_sequences(kv_tokens: Optional[int], prompt_len: int, output_len: int, block_tokens: int = 1,
+                 optimistic: bool = False) -> Optional[int]:
+    """Sequences the engine runs from its KV cache (floored, never rounded up): KV tokens / (prompt + output) where
+    admission reserves the whole request; ``optimistic`` (OPTIMISTIC_ADMISSION_ENGINES) KV tokens / (prompt +
+    OPTIMISTIC_OUTPUT_SHARE x output), the running requests' mean footprint; footprints in whole blocks."""
+    if kv_tokens is None:
+        return None
+    return kv_tokens // sequence_footprint_tokens(prompt_len, optimistic_output_tokens(output_len) if optimistic
+                                                  else output_len, block_tokens)
+
+
+def optimistic_output_tokens(output_len: int) -> int:
+    """The output tokens the mean running request holds in an optimistic engine's cache: ceil(0.6 x output)."""
+    return math.ceil(OPTIMISTIC_OUTPUT_SHARE * output_len)
+
+
+def admitted(concurrency: int, kv_seqs: Optional[int], max_num_seqs: Optional[int]) -> int:
+    """Sequences an engine runs at once: min(concurrency, KV-cache sequences, max_num_seqs); the rest queue."""
+    caps = [x for x in (kv_seqs, max_num_seqs) if x is not None]
+    return min([concurrency, *caps])
+
+
+def admission_bound(concurrency: int, kv_seqs: Optional[int], max_num_seqs: Optional[int]) -> Optional[str]:
+    """Which cap holds ``concurrency`` back ("admission: KV cache" or "admission: max_num_seqs"); None: none."""
+    if admitted(concurrency, kv_seqs, max_num_seqs) >= concurrency:
+        return None
+    if kv_seqs is not None and (max_num_seqs is None or kv_seqs <= max_num_seqs):
+        return "admission: KV cache"
+    return "admission: max_num_seqs"
