@@ -12,7 +12,7 @@ import time
 import pytest
 
 from throughputlab.errors import EngineMissing, UserError
-from throughputlab.hostprof import PySpyRecorder, format_summary, merge_speedscope, summarise_speedscope
+from throughputlab.hostprof import MIN_RECORD_S, PySpyRecorder, format_summary, merge_speedscope, summarise_speedscope
 
 needs_pyspy = pytest.mark.skipif(shutil.which("py-spy") is None, reason="py-spy is not installed")
 
@@ -82,6 +82,26 @@ def test_records_this_process_and_its_children(tmp_path):
     assert {p.split()[0] for p, _ in hp.process_shares} >= {str(os.getpid()), str(child.pid)}
     text = format_summary(hp)
     assert "generation-4.speedscope.json" in text and "%" in text
+
+
+@pytest.mark.slow
+@needs_pyspy
+def test_a_point_shorter_than_the_first_samples_still_gets_a_flamegraph(tmp_path):
+    child = subprocess.Popen([sys.executable, "-c", CHILD])
+    try:
+        time.sleep(0.5)
+        rec = PySpyRecorder(tmp_path / "prof-pyspy", rate_hz=100)
+        rec.start("generation-1", [child.pid])
+        t = time.monotonic()
+        hp = rec.stop()  # at once: the point's work took no time
+        took = time.monotonic() - t
+    finally:
+        child.kill()
+        child.wait()
+    assert hp.error is None, hp.error
+    assert hp.flamegraph and (tmp_path / hp.flamegraph).is_file() and hp.n_samples >= 1
+    assert any("spin_in_child" in name for name, _ in hp.top_functions)
+    assert MIN_RECORD_S <= took < MIN_RECORD_S + 30
 
 
 def test_missing_pyspy_is_a_clear_error(monkeypatch, tmp_path):

@@ -29,6 +29,7 @@ from throughputlab.records.profile import HostProfile
 log = logging.getLogger(__name__)
 
 TOP_N = 10
+MIN_RECORD_S = 1.0  # 100 samples at py-spy's default 100 Hz
 _PTRACE_HINT = ("py-spy is not permitted to read other processes' memory (ptrace): run as root, or "
                 "`sudo sysctl kernel.yama.ptrace_scope=0`, or in Docker add `--cap-add SYS_PTRACE`")
 
@@ -188,6 +189,7 @@ class PySpyRecorder:
         self._label: Optional[str] = None
         self._pids: list[int] = []
         self._tmp: Optional[str] = None
+        self._since = 0.0
 
     def start(self, point_label: str, pids: list[int]) -> None:
         if self._procs:
@@ -227,12 +229,16 @@ class PySpyRecorder:
                 if _denied(text):
                     raise UserError(_PTRACE_HINT)
                 raise UserError(f"py-spy could not record process {pid}: {_last_line(text)}")
+        self._since = time.monotonic()
 
     def stop(self) -> HostProfile:
         if not self._procs:
             raise RuntimeError("PySpyRecorder.stop() before start()")
         errors = []
         files = []
+        # A point shorter than the sampler's first samples (a few tokens at one request on a loaded machine) would
+        # leave py-spy nothing to write: it records for MIN_RECORD_S at least, the point's work first.
+        time.sleep(max(0.0, MIN_RECORD_S - (time.monotonic() - self._since)))
         for pid, proc, out, err in self._procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
