@@ -26,6 +26,16 @@ spin_in_child(8)
 """
 
 
+@pytest.fixture
+def child():
+    """A Python process spinning in spin_in_child for 8 s, given half a second to start; killed after the test."""
+    proc = subprocess.Popen([sys.executable, "-c", CHILD])
+    time.sleep(0.5)
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
 def spin_in_parent(s):
     t = time.time()
     while time.time() - t < s:
@@ -61,17 +71,11 @@ def test_merge_keeps_frame_indices_straight(tmp_path):
 
 @pytest.mark.slow
 @needs_pyspy
-def test_records_this_process_and_its_children(tmp_path):
-    child = subprocess.Popen([sys.executable, "-c", CHILD])
-    try:
-        time.sleep(0.5)
-        rec = PySpyRecorder(tmp_path / "prof-pyspy", rate_hz=100)
-        rec.start("generation-4", [os.getpid(), child.pid])
-        spin_in_parent(1.5)
-        hp = rec.stop()
-    finally:
-        child.kill()
-        child.wait()
+def test_records_this_process_and_its_children(tmp_path, child):
+    rec = PySpyRecorder(tmp_path / "prof-pyspy", rate_hz=100)
+    rec.start("generation-4", [os.getpid(), child.pid])
+    spin_in_parent(1.5)
+    hp = rec.stop()
     assert hp.error is None, hp.error
     assert hp.flamegraph == "prof-pyspy/generation-4.speedscope.json"
     data = json.loads((tmp_path / hp.flamegraph).read_text())
@@ -86,18 +90,12 @@ def test_records_this_process_and_its_children(tmp_path):
 
 @pytest.mark.slow
 @needs_pyspy
-def test_a_point_shorter_than_the_first_samples_still_gets_a_flamegraph(tmp_path):
-    child = subprocess.Popen([sys.executable, "-c", CHILD])
-    try:
-        time.sleep(0.5)
-        rec = PySpyRecorder(tmp_path / "prof-pyspy", rate_hz=100)
-        rec.start("generation-1", [child.pid])
-        t = time.monotonic()
-        hp = rec.stop()  # at once: the point's work took no time
-        took = time.monotonic() - t
-    finally:
-        child.kill()
-        child.wait()
+def test_a_point_shorter_than_the_first_samples_still_gets_a_flamegraph(tmp_path, child):
+    rec = PySpyRecorder(tmp_path / "prof-pyspy", rate_hz=100)
+    rec.start("generation-1", [child.pid])
+    t = time.monotonic()
+    hp = rec.stop()  # at once: the point's work took no time
+    took = time.monotonic() - t
     assert hp.error is None, hp.error
     assert hp.flamegraph and (tmp_path / hp.flamegraph).is_file() and hp.n_samples >= 1
     assert any("spin_in_child" in name for name, _ in hp.top_functions)
