@@ -73,5 +73,7 @@ def test_a_small_kv_cache_flattens_the_sweep_and_the_fit_says_so(tmp_path):
     # the fit predicts a queued point as waves of the limit at the admitted curve's rate; it does not model the
     # last wave's drain shrinking with the waves, nor the queued requests' prefills riding in the running ones'
     # decode steps, so it reads low: -10%, -20%, -22% at 2, 4, 8 waves in one EPYC run, within 5% in another;
-    # -14% and -29% at 2 and 4 waves in one run on a 2-core Intel Xeon (a 35% bound; low, never high)
-    assert held and all(-0.35 < p.loo_rel_error < 0.1 for p in held), [(p.x, p.loo_rel_error) for p in held]
+    # -14% and -29% at 2 and 4 waves in one run on a 2-core Intel Xeon; but +11%, +11%, +17% at 32, 64, 128 requests
+    # in one CI run, where the queued points read 0.85-0.9x of the widest admitted one (a 35% bound below, 25% above;
+    # a fit without the limit extrapolates the admitted curve, which was still rising there)
+    assert held and all(-0.35 < p.loo_rel_error < 0.25 for p in held), [(p.x, p.loo_rel_error) for p in held]
