@@ -4,27 +4,14 @@ for a series without its source or a filter that matches nothing."""
 
 from __future__ import annotations
 
-import importlib.util
 import statistics
-import sys
-from pathlib import Path
 
 import yaml
 
+from _harness import load_benchmark
 from throughputlab import roofline as rf
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _load_harness():
-    spec = importlib.util.spec_from_file_location("moe_kernels_harness", ROOT / "benchmarks" / "moe_kernels.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-h = _load_harness()
+h = load_benchmark("moe_kernels")
 
 
 def test_one_point_by_hand():

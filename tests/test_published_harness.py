@@ -3,12 +3,11 @@ keys a case needs, every model and device resolves, and predict_case gives a fig
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
+from _harness import load_benchmark
 from throughputlab.records.peaks import lookup
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -16,15 +15,7 @@ DATA = ROOT / "benchmarks" / "data" / "published"
 FILES = sorted(DATA.glob("*.yaml"))
 
 
-def _load_harness():
-    spec = importlib.util.spec_from_file_location("published_harness", ROOT / "benchmarks" / "published.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
-
-
-pub = _load_harness()
+pub = load_benchmark("published")
 
 
 @pytest.fixture(scope="module")

@@ -4,13 +4,13 @@ that split runs are predicted faster than their colocated siblings."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
+
+from _harness import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "benchmarks" / "data" / "rl_runs"
@@ -19,15 +19,7 @@ PPO = "verl_qwen2.5-0.5b-instruct_ppo_8gpu_h100-colocated"
 NEMO = "nemo-rl_llama3.1-8b-instruct_grpo_8gpu_gb200-colocated"
 
 
-def _load_harness():
-    spec = importlib.util.spec_from_file_location("rl_runs_harness", ROOT / "benchmarks" / "rl_runs.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
-
-
-h = _load_harness()
+h = load_benchmark("rl_runs")
 
 
 @pytest.fixture(scope="module")
