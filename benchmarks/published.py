@@ -667,7 +667,9 @@ def kv_groups(rows: list[dict]) -> list[dict]:
     at the sweep's largest concurrency) and where it starts: published, the average batch the engine
     held at the first point below its cap (``observed_avg_batch``; else where the published curve
     comes within 5% of its end); predicted, the most requests predict's engine admits for the
-    sweep's requests (its KV cache and default caps, the swept max_num_seqs taken off)."""
+    sweep's requests (its KV cache and default caps, the swept max_num_seqs taken off). A sweep whose
+    published curve still rises at its end has no start to compare: it is met where the predicted curve,
+    by the same rule (:func:`_plateau_start`), still rises there too and the end values agree."""
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         if 3 in r["kinds"]:
@@ -700,9 +702,16 @@ def kv_groups(rows: list[dict]) -> list[dict]:
             del settings["max_num_seqs"]
         p = predict_case({**case, "settings": settings})
         g["predicted_start"] = p.admits if isinstance(p, Prediction) else None
-        if g["predicted_start"] is None or g["published_start"] is None:
-            g["start_note"] = ("predict gives no admission limit (KV cache, max_num_seqs)"
-                               if g["predicted_start"] is None else "the published curve still rises at its end")
+        if g["published_start"] is None:
+            # No published plateau to place: the prediction agrees where its own curve, by the same rule, still
+            # rises at the sweep's end too (its admission limit, if any, beyond the sweep).
+            pred = [(r["concurrency"], r["predicted"]) for r in rs if r["predicted"] is not None]
+            flat = _plateau_start(pred, last["predicted"]) if len(pred) > 1 else None
+            g["start_note"] = "the published curve still rises at its end; " + (
+                "so does the predicted one" if flat is None else f"the predicted one flattens from {flat:,.0f}")
+            g["met"] = flat is None and abs(g["plateau_ratio"] - 1) <= 0.25
+        elif g["predicted_start"] is None:
+            g["start_note"] = "predict gives no admission limit (KV cache, max_num_seqs)"
             g["met"] = False
         else:
             g["start_ratio"] = g["predicted_start"] / g["published_start"]

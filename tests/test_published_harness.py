@@ -82,3 +82,27 @@ def test_a_malformed_file_exits_2_naming_the_file_and_the_key(tmp_path, capsys):
     assert pub.main(["--data", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "bad.yaml" in err and "'published'" in err
+
+
+def _sweep_rows(cases_by_file, file, sweep):
+    cases = [c for c in cases_by_file[file] if c.get("sweep") == sweep]
+    return [pub.make_row(c, pub.predict_case(c)) for c in cases]
+
+
+def test_a_sweep_still_rising_at_its_end_is_met_only_where_the_prediction_still_rises_too(cases_by_file):
+    file = "mlenergy_v3_tp_h100_llama3.3-70b_405b-fp8_qwen3-32b-gpqa.yaml"
+    rows = _sweep_rows(cases_by_file, file, "mlenergy/llama3.1-405b-fp8/h100/tp8")
+    assert len(rows) >= 4 and all(r["predicted"] for r in rows)
+    # the published curve: no plateau within the sweep (more than 5% up over its last 1.5x of concurrency)
+    pts = [(r["concurrency"], r["published"]) for r in rows]
+    assert pub._plateau_start(pts, max(pts)[1]) is None
+    (g,) = pub.kv_groups(rows)
+    assert g["published_start"] is None and g["met"], g
+    assert "so does the predicted one" in g["start_note"]
+    # the same sweep where the prediction flattened early (every point past the second at its value): not met
+    flat = [dict(r) for r in sorted(rows, key=lambda r: r["concurrency"])]
+    for r in flat[2:]:
+        r["predicted"] = flat[1]["predicted"]
+    flat[-1]["predicted"] = flat[1]["predicted"]
+    (g,) = pub.kv_groups(flat)
+    assert not g["met"] and "flattens from" in g["start_note"], g
