@@ -25,9 +25,14 @@ def test_rows_with_figures_cite_them():
     assert a100.prefill_phi == DEFAULT_EFFICIENCIES.prefill_phi  # fields without a measurement keep the default
 
 
-def test_family_without_measurement_and_unknown_device_say_so():
-    l40s = efficiencies_for("L40S")
-    assert l40s.decode_bw == DEFAULT_EFFICIENCIES.decode_bw and "no published measurement" in l40s.source
+def test_ada_parts_take_their_own_bandwidth_and_unknown_device_says_so():
+    """Each Ada part its own bandwidth share (FluidX3D's table: L40S 67%, L4 76%, RTX 4090 85%, where the same
+    table reads H100 80% and A100 77%, the Hopper and Ampere rows); the L40S's FLOP/s shares x 0.93."""
+    l40s, l4, rtx = efficiencies_for("L40S"), efficiencies_for("L4"), efficiencies_for("RTX 4090")
+    assert (l40s.decode_bw, l4.decode_bw, rtx.decode_bw) == pytest.approx((0.67, 0.76, 0.85))
+    assert l40s.attention_bw == pytest.approx(0.67) and "FluidX3D" in l40s.source
+    assert l40s.decode_phi == pytest.approx(0.93 * DEFAULT_EFFICIENCIES.decode_phi)
+    assert l4.decode_phi == DEFAULT_EFFICIENCIES.decode_phi  # no matmul measurement behind it
     v100 = efficiencies_for(lookup("V100").device)
     assert family_of("V100") is None
     assert v100.model_dump(exclude={"source"}) == DEFAULT_EFFICIENCIES.model_dump(exclude={"source"})

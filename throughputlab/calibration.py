@@ -116,6 +116,8 @@ _CDNA3_GEMM_SRC = ("a decode GEMM 7.2 us above its bytes (ROCm/aiter PR #1092, M
 _MAMF = "maximum achievable matmul FLOP/s (stas00/ml-engineering MAMF tables, Aug 2026): "
 _HOPPER_FP8 = _MAMF + "FP8 at 0.88 (H100) and 0.91 (H200) of BF16's share, 0.90 taken"
 _BLACKWELL = (_MAMF + "BF16 {bf16} of peak against H100's 80.3%: x {x:.2f}; FP8 at {fp8:.2f} of BF16's share")
+_FLUIDX3D = ("memory bandwidth as FluidX3D's single-GPU benchmark reads it (ProjectPhysX/FluidX3D README, FP32/FP32: "
+             "H100 SXM 80%, A100 SXM4 77%, as the Hopper and Ampere rows): ")
 _FAMILY_ROWS: list[tuple[str, tuple[str, ...], Optional[str], dict[str, float], str]] = [
     ("NVIDIA Hopper", ("H100 SXM", "H100 PCIe", "H100 NVL", "H200", "H20", "H800 SXM", "H800 PCIe"), None,
      {"decode_bw": 0.80, "fp8_gemm_share": 0.90}, "Nsight Compute on an H100 SXM5 LLM decode "
@@ -126,7 +128,19 @@ _FAMILY_ROWS: list[tuple[str, tuple[str, ...], Optional[str], dict[str, float], 
      {"decode_bw": 0.77}, "vLLM batch-1 decode of Llama-3.1-8B BF16 on an A100 40GB, ~75 tokens/s, about 77% of "
      "the memory roofline (johnmusgrave.com/p/vllm-throughput-latency-sweep-on); a read kernel tops out at "
      "1.80 of 2.04 TB/s, 88% (forums.developer.nvidia.com/t/339083)"),
-    ("NVIDIA Ada", ("L40S", "L4", "RTX 4090"), None, {}, ""),
+    # Ada: memory bandwidth from FluidX3D's single-GPU table (ProjectPhysX/FluidX3D README at 01d3cdd, column
+    # FP32/FP32: a lattice-Boltzmann step streaming 153 bytes a cell, as a share of the datasheet bandwidth), which
+    # reads H100 SXM 80% and A100 SXM4 80GB 77%, the Hopper and Ampere rows' decode_bw above, and L40S 67% (L40 69%;
+    # in-band ECC on the GDDR6 is on by default), L4 76%, RTX 4090 85%: decode and attention bandwidth at those
+    # shares. L40S BF16 matmuls from one table of torch.mm maxima (zzc0721/torch-performance-test-data database.md
+    # at 0785868, torch 2.8, square sizes 1,024-10,240): L40S 269.15 of 362 TFLOP/s (74.3%) against H100 789.2 of
+    # 989 (79.8%) and H200 790.3 (79.9%): the FLOP/s shares x 0.93. No FP8 GEMM measurement on Ada was found.
+    ("NVIDIA Ada", ("L40S",), None,
+     {"decode_bw": 0.67, "attention_bw": 0.67, "decode_phi": 0.50 * 0.93, "prefill_phi": 0.60 * 0.93},
+     _FLUIDX3D + "L40S 67%; " + "BF16 torch.mm maxima (zzc0721/torch-performance-test-data): L40S 269 of 362 "
+     "TFLOP/s, 74.3%, against H100's 79.8%: x 0.93"),
+    ("NVIDIA Ada", ("L4",), None, {"decode_bw": 0.76, "attention_bw": 0.76}, _FLUIDX3D + "L4 76%"),
+    ("NVIDIA Ada", ("RTX 4090",), None, {"decode_bw": 0.85, "attention_bw": 0.85}, _FLUIDX3D + "RTX 4090 85%"),
     ("NVIDIA Blackwell", ("B200",), None, {"decode_phi": 0.50 * 0.97, "prefill_phi": 0.60 * 0.97, "fp8_gemm_share": 0.98},
      _BLACKWELL.format(bf16="77.6%", x=0.97, fp8=0.98)),
     # GB200's host is a Grace CPU: NVIDIA/TransformerEngine issue #2053 times the CPU side of a torch.nn.Linear
