@@ -1,7 +1,7 @@
 """Host time per running sequence of vLLM's decode step when the engine runs in the caller's process, as RL
 frameworks run it, with and without per-token log-probs: the figures behind roofline.engine.LOGPROBS_HOST_RATIO.
 
-    python benchmarks/inprocess_logprobs_host.py [--sizes 64,256,512] [--steps 128] [--reps 3] [--json F]
+    python benchmarks/inprocess_logprobs_host.py [--sizes 64,256,512] [--steps 128] [--reps 3] [--json F] [--runner]
 
 RL rollouts ask the engine for each sampled token's log-prob (vLLM ``logprobs=0``): veRL's synchronous rollout
 without the text (``detokenize=False``), NeMo-RL's synchronous engine with it (the default). With the engine in
@@ -15,6 +15,10 @@ of ``--vocab`` tokens trained here on the Python library's own sources, random w
 
 The absolute microseconds are this CPU's; the model takes the ratio of each mode's host time to plain's, measured
 side by side in one run, and applies it to SYNC_HOST_PER_SEQ_S (a GPU host's figure). Run it alone: it is timed.
+
+``--runner`` also times the model runner's host work of a step (vLLM's GPU model runner, which the CPU backend
+inherits): updating its persistent batch from the scheduler's output, building the step's inputs and attention
+metadata, and the bookkeeping after sampling; printed beside the three functions above, in the plain mode.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ MODES = {  # name: (detokenize, logprobs)
     "logprobs+text": (True, 0),
 }
 TIMED = ("schedule", "update_from_output", "process_outputs")
+RUNNER = ("_update_states", "_prepare_inputs", "_build_attention_metadata", "_bookkeeping_sync")
 
 
 def write_model(folder: Path, vocab: int) -> None:
@@ -69,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=3, help="repetitions of each point; medians printed (default 3)")
     ap.add_argument("--vocab", type=int, default=32000, help="tokenizer vocabulary (default 32000)")
     ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument("--runner", action="store_true", help="also time the model runner's host work (plain mode)")
     a = ap.parse_args(argv)
     sizes = [int(x) for x in a.sizes.split(",")]
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine in this process, as RL frameworks run it
@@ -101,6 +107,12 @@ def main(argv: list[str] | None = None) -> int:
         timed(core.scheduler, "schedule")
         timed(core.scheduler, "update_from_output")
         timed(llm.llm_engine.output_processor, "process_outputs")
+        runner_names: tuple[str, ...] = ()
+        if a.runner:
+            runner = core.model_executor.driver_worker.worker.model_runner
+            runner_names = tuple(n for n in RUNNER if hasattr(runner, n))
+            for n in runner_names:
+                timed(runner, n)
         rng = random.Random(0)
         runs: dict[tuple[int, str], list[dict]] = {}
         for rep in range(a.reps + 1):  # the first pass warms up
@@ -116,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
                     if any(len(o.outputs[0].token_ids) != a.steps for o in out):
                         sys.exit("a request stopped early: the timing would not be per full step")
                     if rep:
-                        per = {k: acc.get(k, 0.0) / a.steps / n * 1e6 for k in TIMED}
+                        per = {k: acc.get(k, 0.0) / a.steps / n * 1e6 for k in (*TIMED, *runner_names)}
                         per["wall_ms_per_step"] = wall / a.steps * 1e3
                         runs.setdefault((n, mode), []).append(per)
         del llm
@@ -135,6 +147,11 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             print(f"{n:>5} {mode:<14} {med['schedule']:>9.2f} {med['update_from_output']:>8.2f} "
                   f"{med['process_outputs']:>8.2f} {host:>9.2f} {host / base:>8.2f} {med['wall_ms_per_step']:>8.2f}")
+    if runner_names:
+        print("model runner host work, plain mode (us per running sequence per step): "
+              + "; ".join(f"{n} seqs: " + ", ".join(f"{k} {statistics.median(r[k] for r in runs[(n, 'plain')]):.2f}"
+                                                    for k in runner_names) + f", sum {sum(statistics.median(r[k] for r in runs[(n, 'plain')]) for k in runner_names):.2f}"
+                          for n in sizes))
     print("ratio to plain, median over the sizes: " + ", ".join(
         f"{m} {statistics.median(r['ratio_to_plain'] for r in rows if r['mode'] == m):.2f}" for m in MODES))
     if a.json:
