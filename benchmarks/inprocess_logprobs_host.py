@@ -148,10 +148,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{n:>5} {mode:<14} {med['schedule']:>9.2f} {med['update_from_output']:>8.2f} "
                   f"{med['process_outputs']:>8.2f} {host:>9.2f} {host / base:>8.2f} {med['wall_ms_per_step']:>8.2f}")
     if runner_names:
-        print("model runner host work, plain mode (us per running sequence per step): "
-              + "; ".join(f"{n} seqs: " + ", ".join(f"{k} {statistics.median(r[k] for r in runs[(n, 'plain')]):.2f}"
-                                                    for k in runner_names) + f", sum {sum(statistics.median(r[k] for r in runs[(n, 'plain')]) for k in runner_names):.2f}"
-                          for n in sizes))
+        parts = []
+        for n in sizes:
+            med = {k: statistics.median(r[k] for r in runs[(n, "plain")]) for k in runner_names}
+            parts.append(f"{n} seqs: " + ", ".join(f"{k} {v:.2f}" for k, v in med.items())
+                         + f", sum {sum(med.values()):.2f}")
+        print("model runner host work, plain mode (us per running sequence per step): " + "; ".join(parts))
     print("ratio to plain, median over the sizes: " + ", ".join(
         f"{m} {statistics.median(r['ratio_to_plain'] for r in rows if r['mode'] == m):.2f}" for m in MODES))
     if a.json:

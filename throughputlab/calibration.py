@@ -137,7 +137,7 @@ _FAMILY_ROWS: list[tuple[str, tuple[str, ...], Optional[str], dict[str, float], 
     # 989 (79.8%) and H200 790.3 (79.9%): the FLOP/s shares x 0.93. No FP8 GEMM measurement on Ada was found.
     ("NVIDIA Ada", ("L40S",), None,
      {"decode_bw": 0.67, "attention_bw": 0.67, "decode_phi": 0.50 * 0.93, "prefill_phi": 0.60 * 0.93},
-     _FLUIDX3D + "L40S 67%; " + "BF16 torch.mm maxima (zzc0721/torch-performance-test-data): L40S 269 of 362 "
+     _FLUIDX3D + "L40S 67%; BF16 torch.mm maxima (zzc0721/torch-performance-test-data): L40S 269 of 362 "
      "TFLOP/s, 74.3%, against H100's 79.8%: x 0.93"),
     ("NVIDIA Ada", ("L4",), None, {"decode_bw": 0.76, "attention_bw": 0.76}, _FLUIDX3D + "L4 76%"),
     ("NVIDIA Ada", ("RTX 4090",), None, {"decode_bw": 0.85, "attention_bw": 0.85}, _FLUIDX3D + "RTX 4090 85%"),
@@ -187,9 +187,6 @@ def efficiencies_for(device_key: str, engine: Optional[str] = None) -> Efficienc
                                                        "no device-family row, so the generic defaults"})
     _, _, eng, values, src = max(rows, key=lambda r: r[2] is not None)  # an engine's own row first
     row = f"{fam}{f' ({eng})' if eng else ''} row"
-    if not values:
-        return DEFAULT_EFFICIENCIES.model_copy(update={"source": f"{DEFAULT_EFFICIENCIES.source}; {row}: no "
-                                                       "published measurement found, so the generic defaults"})
     shown = ", ".join(f"{k} {v * 1e6:.3g} us" if k.endswith("_s") else f"{k} x {v:.3g}" if k == "host_factor"
                       else f"{k} {v:.0%}" for k, v in values.items())
     return DEFAULT_EFFICIENCIES.model_copy(update={**values, "source": f"stated defaults, {row}: {shown} from {src}"})
